@@ -1,0 +1,202 @@
+//! Builds the two native parts of Lugh.so:
+//! - ggml 0.26.0's base library and CPU backend, from the crates.io package
+//!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
+//!   cargo; nothing of ggml is copied into this repository);
+//! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
+//!   against the headers and ccflags of the perl in $PERL (default `perl`).
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GGML_VERSION: &str = "0.26.0";
+const PIN_PACKAGE: &str = "llama-cpp-sys-2";
+
+fn main() {
+    println!("cargo:rerun-if-changed=vendor/ggml/Cargo.toml");
+    println!("cargo:rerun-if-changed=vendor/ggml/Cargo.lock");
+    println!("cargo:rerun-if-changed=xs-rs/glue/shim.c");
+    println!("cargo:rerun-if-env-changed=PERL");
+    println!("cargo:rerun-if-env-changed=LUGH_GGML_DIR");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let ggml = ggml_source_dir();
+    build_ggml(&ggml, &out);
+    build_perl_shim();
+}
+
+/// Where the pinned ggml tree is: `$LUGH_GGML_DIR` if set (for offline
+/// builds from an already unpacked copy), else cargo's registry copy of the pin.
+fn ggml_source_dir() -> PathBuf {
+    if let Ok(dir) = env::var("LUGH_GGML_DIR") {
+        return PathBuf::from(dir);
+    }
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("vendor/ggml/Cargo.toml");
+    // Only the manifest's own target is needed; --locked keeps the checksum pinned.
+    let target = env::var("TARGET").unwrap();
+    let fetch = Command::new(&cargo)
+        .args(["fetch", "--locked", "--target", &target, "--manifest-path"])
+        .arg(&manifest)
+        .status()
+        .expect("cannot run cargo fetch for the ggml pin");
+    assert!(fetch.success(), "cargo fetch of the ggml pin ({}) failed", manifest.display());
+    let meta = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path"])
+        .arg(&manifest)
+        .output()
+        .expect("cannot run cargo metadata for the ggml pin");
+    assert!(meta.status.success(), "cargo metadata of the ggml pin failed: {}", String::from_utf8_lossy(&meta.stderr));
+    let json = String::from_utf8(meta.stdout).unwrap();
+    let crate_dir = pinned_manifest_dir(&json).expect("llama-cpp-sys-2 not found in cargo metadata of the ggml pin");
+    let dir = crate_dir.join("llama.cpp/ggml");
+    assert!(dir.join("include/ggml.h").exists(), "no ggml tree at {}", dir.display());
+    dir
+}
+
+/// Finds `"manifest_path":".../llama-cpp-sys-2-<ver>/Cargo.toml"` in cargo's
+/// metadata JSON without a JSON parser (paths there are plain strings).
+fn pinned_manifest_dir(json: &str) -> Option<PathBuf> {
+    let needle = "\"manifest_path\":\"";
+    json.match_indices(needle).find_map(|(at, _)| {
+        let rest = &json[at + needle.len()..];
+        let path = &rest[..rest.find('"')?];
+        let dir = Path::new(path).parent()?;
+        let name = dir.file_name()?.to_str()?;
+        name.strip_prefix(PIN_PACKAGE)
+            .filter(|v| v.starts_with('-') && v[1..].starts_with(|c: char| c.is_ascii_digit()))
+            .map(|_| dir.to_path_buf())
+    })
+}
+
+fn build_ggml(g: &Path, out: &Path) {
+    // ggml.c includes this header, which ggml's CMake would generate.
+    std::fs::write(
+        out.join("ggml-version.h"),
+        format!("#pragma once\n#define GGML_VERSION \"{GGML_VERSION}\"\n#define GGML_COMMIT \"{PIN_PACKAGE}-0.1.161\"\n"),
+    )
+    .unwrap();
+    println!("cargo:rustc-env=LUGH_GGML_VERSION={GGML_VERSION}");
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
+    let src = |p: &str| g.join("src").join(p);
+    let setup = |cpp: bool, cpu: bool| {
+        let mut b = cc::Build::new();
+        b.include(g.join("include"))
+            .include(g.join("src"))
+            .include(out)
+            .define("GGML_SCHED_MAX_COPIES", "4")
+            .define("_GNU_SOURCE", None)
+            .define("_XOPEN_SOURCE", "600")
+            .define("NDEBUG", None)
+            .define("GGML_VERSION", format!("\"{GGML_VERSION}\"").as_str())
+            .define("GGML_COMMIT", "\"llama-cpp-sys-2-0.1.161\"")
+            .opt_level(3)
+            .debug(false)
+            .warnings(false);
+        if cpp {
+            b.cpp(true).std("gnu++17");
+        } else {
+            b.std("gnu11");
+        }
+        if cpu {
+            b.include(g.join("src/ggml-cpu"))
+                .define("GGML_USE_CPU_REPACK", None)
+                .define("GGML_USE_LLAMAFILE", None);
+            match arch.as_str() {
+                // ggml's portable x86-64 build (GGML_NATIVE=OFF with AVX2): the
+                // flags its CMake sets for that variant.
+                "x86_64" => {
+                    for d in ["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"] {
+                        b.define(d, None);
+                    }
+                    for f in ["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"] {
+                        b.flag(f);
+                    }
+                }
+                // armv8.2-a with dotprod and fp16 is what ggml's CMake picks for
+                // a generic aarch64 Linux build.
+                "aarch64" => {
+                    b.flag("-march=armv8.2-a+dotprod+fp16");
+                }
+                _ => {}
+            }
+        }
+        b
+    };
+    let mut base_c = setup(false, false);
+    base_c.files(["ggml.c", "ggml-alloc.c", "ggml-quants.c"].map(src)).compile("ggml_base_c");
+
+    let mut cpu_c = setup(false, true);
+    cpu_c.files(["ggml-cpu/ggml-cpu.c", "ggml-cpu/quants.c"].map(src));
+    for f in arch_files(&arch, "c") {
+        cpu_c.file(src(f));
+    }
+    cpu_c.compile("ggml_cpu_c");
+
+    let mut base_cxx = setup(true, false);
+    base_cxx
+        .files(["ggml.cpp", "ggml-backend.cpp", "ggml-backend-meta.cpp", "ggml-opt.cpp", "ggml-threading.cpp", "gguf.cpp"].map(src))
+        .define("GGML_USE_CPU", None)
+        .files(["ggml-backend-reg.cpp", "ggml-backend-dl.cpp"].map(src))
+        .compile("ggml_base_cxx");
+
+    let mut cpu_cxx = setup(true, true);
+    cpu_cxx.files(
+        [
+            "ggml-cpu/ggml-cpu.cpp",
+            "ggml-cpu/repack.cpp",
+            "ggml-cpu/hbm.cpp",
+            "ggml-cpu/traits.cpp",
+            "ggml-cpu/amx/amx.cpp",
+            "ggml-cpu/amx/mmq.cpp",
+            "ggml-cpu/tiled/tiled.cpp",
+            "ggml-cpu/tiled/tiled-kernel.cpp",
+            "ggml-cpu/binary-ops.cpp",
+            "ggml-cpu/unary-ops.cpp",
+            "ggml-cpu/vec.cpp",
+            "ggml-cpu/ops.cpp",
+            "ggml-cpu/llamafile/sgemm.cpp",
+        ]
+        .map(src),
+    );
+    for f in arch_files(&arch, "cpp") {
+        cpu_cxx.file(src(f));
+    }
+    cpu_cxx.compile("ggml_cpu_cxx");
+    for lib in ["pthread", "m", "dl"] {
+        println!("cargo:rustc-link-lib={lib}");
+    }
+}
+
+/// The architecture-specific kernels of the CPU backend.
+fn arch_files(arch: &str, ext: &str) -> Vec<&'static str> {
+    match (arch, ext) {
+        ("x86_64", "c") => vec!["ggml-cpu/arch/x86/quants.c"],
+        ("x86_64", "cpp") => vec!["ggml-cpu/arch/x86/repack.cpp"],
+        ("aarch64", "c") => vec!["ggml-cpu/arch/arm/quants.c"],
+        ("aarch64", "cpp") => vec!["ggml-cpu/arch/arm/repack.cpp"],
+        _ => vec![],
+    }
+}
+
+fn perl_config(perl: &str, key: &str) -> String {
+    let out = Command::new(perl)
+        .args(["-MConfig", "-e", &format!("print $Config{{{key}}} // ''")])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {perl}: {e}"));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn build_perl_shim() {
+    let perl = env::var("PERL").unwrap_or_else(|_| "perl".into());
+    // $(FULLPERLRUN) may carry arguments; the first word is the interpreter.
+    let perl = perl.split_whitespace().next().unwrap_or("perl").to_string();
+    let core = format!("{}/CORE", perl_config(&perl, "archlibexp"));
+    let mut b = cc::Build::new();
+    b.file("xs-rs/glue/shim.c").include(&core).define("XS_VERSION", "\"0.20\"").warnings(false);
+    for f in perl_config(&perl, "ccflags").split_whitespace() {
+        b.flag(f);
+    }
+    b.flag("-Werror=implicit-function-declaration").compile("lugh_perl_shim");
+    if perl_config(&perl, "usemultiplicity") == "define" {
+        println!("cargo:rustc-cfg=perl_multiplicity");
+    }
+}

@@ -1,0 +1,115 @@
+package Lugh;
+
+use strict;
+use warnings;
+use Carp ();
+
+our $VERSION = '0.20';
+
+require XSLoader;
+XSLoader::load('Lugh', $VERSION);
+
+# Every error Lugh raises goes through here: it names the line of the first
+# caller outside Lugh's own packages, so a message points at the user's code.
+sub _croak {
+    my ($message) = @_;
+    my $level = 0;
+    $level++ while (caller($level))[0] && (caller($level))[0] =~ /\ALugh(?:::|\z)/;
+    my (undef, $file, $line) = caller($level);
+    die defined $file ? "$message at $file line $line.\n" : "$message\n";
+}
+
+require Lugh::Model;
+
+sub version { return $VERSION }
+
+sub backend_info {
+    my ($name) = @_;
+    Carp::croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
+    my %info = _backend_info($name);
+    return %info ? \%info : undef;
+}
+
+1;
+
+__END__
+
+=head1 NAME
+
+Lugh - run large language models locally, on ggml, from Perl
+
+=head1 SYNOPSIS
+
+    use Lugh;
+
+    my $model = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    printf "%s, %d layers, %s\n", $model->architecture, $model->n_layer, $model->file_type;
+
+    print join(',', Lugh::available_backends()), "\n";    # CPU
+
+=head1 DESCRIPTION
+
+Lugh loads GGUF model files and runs them with the ggml tensor library
+(version 0.26.0, the one llama.cpp is built on). Its native core is written in
+Rust. This page documents the functions of the top-level package; see
+L<Lugh::Model> for models.
+
+=head1 FUNCTIONS
+
+=head2 version
+
+    my $v = Lugh::version();    # "0.20"
+
+The version of the distribution.
+
+=head2 ggml_version
+
+    my $v = Lugh::ggml_version();    # "0.26.0"
+
+The version of ggml that Lugh is built with.
+
+=head2 available_backends
+
+    my @names = Lugh::available_backends();    # ("CPU")
+
+The names of the ggml compute backends compiled into this build that have at
+least one usable device now. Read from ggml's backend registry.
+
+=head2 backend_available
+
+    print "CUDA here\n" if Lugh::backend_available('CUDA');
+
+True when the named backend (case-insensitive) is available.
+
+=head2 best_backend
+
+    my $name = Lugh::best_backend();    # "CPU" on a machine without a GPU
+
+The backend C<< backend => 'auto' >> picks: a GPU backend if one is available,
+else the CPU.
+
+=head2 backend_info
+
+    my $info = Lugh::backend_info('CPU');
+    print "$info->{name}: $info->{description} ($info->{device_count} device)\n";
+
+A hash reference C<< {name, type, is_gpu, device_count, description} >> for an
+available backend, or undef for one that is not. C<type> is the kind of its
+first device: C<CPU>, C<GPU>, C<IGPU> or C<ACCEL>.
+
+=head1 ENVIRONMENT
+
+=over
+
+=item LUGH_DEBUG
+
+When set to a true value, ggml's own log messages go to STDERR. By default
+they are silent.
+
+=back
+
+=head1 LICENSE
+
+MIT. ggml is MIT-licensed and fetched at build time from crates.io.
+
+=cut

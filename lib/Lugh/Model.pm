@@ -1,0 +1,204 @@
+package Lugh::Model;
+
+use strict;
+use warnings;
+
+our $VERSION = '0.20';
+
+my %DEFAULTS = (model => undef, use_mmap => 1);
+my %ALIASES  = (file => 'model', path => 'model');
+
+sub new {
+    my ($class, @args) = @_;
+    Lugh::_croak('Lugh::Model->new: arguments must be name => value pairs') if @args % 2;
+    my %args = @args;
+    for my $alias (keys %ALIASES) {
+        next unless exists $args{$alias};
+        my $name = $ALIASES{$alias};
+        Lugh::_croak("Lugh::Model->new: give only one of model, file and path") if exists $args{$name};
+        $args{$name} = delete $args{$alias};
+    }
+    if (my @unknown = grep { !exists $DEFAULTS{$_} } sort keys %args) {
+        Lugh::_croak("Lugh::Model->new: unknown option '$unknown[0]' (valid options: "
+                . join(', ', sort(keys %DEFAULTS), sort(keys %ALIASES)) . ')');
+    }
+    my %opt = (%DEFAULTS, %args);
+    Lugh::_croak('Lugh::Model->new: missing model => $path (the GGUF file to load)')
+        unless defined $opt{model} && length $opt{model};
+    return _open($class, $opt{model}, $opt{use_mmap} ? 1 : 0);
+}
+
+# Hyperparameters and architecture facts, all answered by one XS sub.
+for my $name (qw(n_layer n_embd n_head n_head_kv n_ff n_ctx_train n_vocab rope_freq_base norm_eps
+                 arch_has_combined_qkv arch_has_ffn_gate arch_has_post_norm arch_is_recurrent)) {
+    no strict 'refs';
+    *{$name} = sub {
+        Lugh::_croak("Usage: \$model->$name") unless @_ == 1;
+        return _hparam($_[0], $name);
+    };
+}
+
+sub arch_type { return $_[0]->architecture }
+
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Lugh::Model - a GGUF model file, loaded
+
+=head1 SYNOPSIS
+
+    use Lugh;
+    my $model = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+
+    print $model->architecture, "\n";                 # llama
+    print $model->get_kv('llama.block_count'), "\n";  # 30
+    my @info = $model->tensor_info('token_embd.weight');  # (type, n_dims, @shape)
+
+=head1 DESCRIPTION
+
+A Lugh::Model reads a GGUF file (versions 2 and 3): its metadata, its tensor
+descriptors and, when asked for by L<Lugh::Inference>, its weights. By
+default the file is memory-mapped and weights are used in place.
+
+Every header field is checked against the file's size before it is used, so a
+truncated or corrupt file gives an error that names the file and what is
+wrong; it never crashes the process.
+
+The object is freed when its last reference goes. Objects built from it
+(tokenizers, inference sessions) keep it alive. It is not copied into new
+threads (C<CLONE_SKIP>).
+
+=head1 CONSTRUCTOR
+
+=head2 new
+
+    my $model = Lugh::Model->new(model => $path, use_mmap => 1);
+
+C<model> (or its aliases C<file> and C<path>) is the GGUF file. C<use_mmap>
+(default 1) maps the file instead of reading the weights into memory. Croaks
+on a missing argument, an unknown option, a missing or unreadable file, a file
+that is not GGUF, a truncated or corrupt file, and an unsupported GGUF
+version; the message names the path.
+
+=head1 METHODS
+
+=head2 filename
+
+    print $model->filename;
+
+The path the model was loaded from.
+
+=head2 architecture
+
+    print $model->architecture;    # "llama", "qwen2", "gemma3", ...
+
+C<general.architecture>. L</arch_type> is another name for it (Lugh 0.12).
+
+=head2 arch_type
+
+    print $model->arch_type;
+
+The same as L</architecture>.
+
+=head2 gguf_version
+
+    print $model->gguf_version;    # 3
+
+=head2 n_tensors
+
+    print $model->n_tensors;
+
+=head2 tensor_names
+
+    my @names = $model->tensor_names;
+
+The names of all tensors, in file order.
+
+=head2 tensor_info
+
+    my ($type, $n_dims, @shape) = $model->tensor_info('token_embd.weight');
+
+The ggml type id, the number of dimensions and the shape (ggml order: the
+first dimension is the contiguous one). An empty list for an unknown name.
+
+=head2 tensor_type_name
+
+    print $model->tensor_type_name('token_embd.weight');    # "q4_1"
+
+ggml's name of the tensor's type, or undef for an unknown tensor.
+
+=head2 n_kv
+
+    print $model->n_kv;
+
+The number of metadata keys.
+
+=head2 kv_keys
+
+    my @keys = $model->kv_keys;
+
+The metadata keys, in file order.
+
+=head2 get_kv
+
+    my $layers = $model->get_kv('llama.block_count');
+    my $tokens = $model->get_kv('tokenizer.ggml.tokens');    # array reference
+
+The value of a metadata key, or undef when the key is absent. Numbers and
+strings come back as scalars, booleans as perl's true and false, arrays (of
+any element type, nested too) as array references.
+
+=head2 get_kv_type
+
+    print $model->get_kv_type('tokenizer.ggml.tokens');    # "array[string]"
+
+The GGUF type of a key's value (C<uint32>, C<string>, C<array[float32]>, ...),
+or undef when the key is absent.
+
+=head2 n_params
+
+    printf "%.1fM parameters\n", $model->n_params / 1e6;
+
+The number of weights (elements of all tensors).
+
+=head2 size_bytes
+
+    printf "%.1f MB of weights\n", $model->size_bytes / 1e6;
+
+=head2 file_type
+
+    print $model->file_type;    # "Q4_1"
+
+The quantisation, as llama.cpp names it (from C<general.file_type>, else
+the most common weight type).
+
+=head2 use_mmap
+
+    print $model->use_mmap ? "mapped\n" : "read\n";
+
+=head2 n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx_train, n_vocab, rope_freq_base, norm_eps
+
+    printf "%d layers x %d\n", $model->n_layer, $model->n_embd;
+
+Hyperparameters read from the architecture-prefixed keys
+(C<ARCH.block_count>, C<ARCH.embedding_length>, C<ARCH.attention.head_count>,
+C<ARCH.attention.head_count_kv> (defaults to C<n_head>),
+C<ARCH.feed_forward_length>, C<ARCH.context_length>, C<ARCH.vocab_size> (else
+the size of the token list), C<ARCH.rope.freq_base>,
+C<ARCH.attention.layer_norm_rms_epsilon>). Undef when the file has no value.
+
+=head2 arch_has_combined_qkv, arch_has_ffn_gate, arch_has_post_norm, arch_is_recurrent
+
+    print "gated FFN\n" if $model->arch_has_ffn_gate;
+
+Facts about the architecture, answered from the tensors and metadata that are
+actually in the file: a fused C<attn_qkv> weight, an C<ffn_gate> weight,
+post-attention/post-FFN norms, and state-space or RNN layers (C<ssm>/C<wkv>).
+
+=cut

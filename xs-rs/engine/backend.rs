@@ -1,0 +1,87 @@
+//! ggml's backend registry: which compute backends are compiled in and usable.
+use super::ggml_sys as sys;
+use std::sync::Once;
+
+/// One registered backend (CPU, CUDA, Vulkan, ...), as ggml describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendInfo {
+    pub name: String,
+    /// "CPU", "GPU", "IGPU" or "ACCEL": the type of its first device.
+    pub kind: &'static str,
+    pub is_gpu: bool,
+    pub device_count: usize,
+    pub description: String,
+}
+
+/// Installs ggml's log hook once: silent unless LUGH_DEBUG is set.
+pub fn init_logging() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let debug = std::env::var("LUGH_DEBUG").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
+        // SAFETY: both callbacks are valid for the life of the process.
+        unsafe { sys::ggml_log_set(Some(if debug { log_to_stderr } else { log_discard }), std::ptr::null_mut()) }
+    });
+}
+
+unsafe extern "C" fn log_discard(_level: std::ffi::c_int, _text: *const std::ffi::c_char, _user: *mut std::ffi::c_void) {}
+
+unsafe extern "C" fn log_to_stderr(_level: std::ffi::c_int, text: *const std::ffi::c_char, _user: *mut std::ffi::c_void) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(sys::c_str(text).as_bytes());
+}
+
+fn kind_name(t: std::ffi::c_int) -> &'static str {
+    match t {
+        sys::GGML_BACKEND_DEVICE_TYPE_CPU => "CPU",
+        sys::GGML_BACKEND_DEVICE_TYPE_GPU => "GPU",
+        sys::GGML_BACKEND_DEVICE_TYPE_IGPU => "IGPU",
+        sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => "ACCEL",
+        _ => "unknown",
+    }
+}
+
+/// Every backend in ggml's registry that has at least one device.
+pub fn available() -> Vec<BackendInfo> {
+    init_logging();
+    // SAFETY: the registry is initialised on first use and lives for the process.
+    let count = unsafe { sys::ggml_backend_reg_count() };
+    (0..count)
+        .filter_map(|i| unsafe {
+            let reg = sys::ggml_backend_reg_get(i);
+            let device_count = sys::ggml_backend_reg_dev_count(reg);
+            if device_count == 0 {
+                return None;
+            }
+            let dev = sys::ggml_backend_reg_dev_get(reg, 0);
+            let t = sys::ggml_backend_dev_type(dev);
+            Some(BackendInfo {
+                name: sys::c_str(sys::ggml_backend_reg_name(reg)),
+                kind: kind_name(t),
+                is_gpu: t == sys::GGML_BACKEND_DEVICE_TYPE_GPU || t == sys::GGML_BACKEND_DEVICE_TYPE_IGPU,
+                device_count,
+                description: sys::c_str(sys::ggml_backend_dev_description(dev)),
+            })
+        })
+        .collect()
+}
+
+/// The backend called `name` (case-insensitive), if available.
+pub fn find(name: &str) -> Option<BackendInfo> {
+    available().into_iter().find(|b| b.name.eq_ignore_ascii_case(name))
+}
+
+/// The best available backend: a GPU if there is one, else the CPU.
+pub fn best() -> Option<BackendInfo> {
+    let all = available();
+    all.iter().find(|b| b.is_gpu).or_else(|| all.iter().find(|b| b.kind == "ACCEL")).or(all.first()).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_is_available() {
+        let all = super::available();
+        assert!(all.iter().any(|b| b.name == "CPU" && b.kind == "CPU" && !b.is_gpu));
+        assert_eq!(super::best().map(|b| b.name), Some("CPU".into()));
+    }
+}

@@ -1,0 +1,55 @@
+//! The engine's one error type. Messages name the thing that is wrong and,
+//! where there is one, the fix; they never end in a newline, so perl appends
+//! " at FILE line N." to them.
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Debug)]
+pub enum Error {
+    /// A bad argument from the caller (wrong type, missing, out of range).
+    Argument(String),
+    /// An option name the method does not know.
+    UnknownOption { name: String, known: Vec<&'static str> },
+    /// The file cannot be opened or read.
+    Io { path: PathBuf, reason: String },
+    /// The file does not start with the GGUF magic.
+    NotGguf { path: PathBuf },
+    /// A GGUF version this reader does not understand.
+    UnsupportedVersion { path: PathBuf, version: u32 },
+    /// The file ends before the structure it announces.
+    Truncated { path: PathBuf, what: String },
+    /// The file is internally inconsistent.
+    Corrupt { path: PathBuf, what: String },
+    /// A backend that is not compiled in or has no usable device.
+    Backend(String),
+    /// ggml refused or failed an operation.
+    Ggml(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Argument(m) => write!(f, "{m}"),
+            Error::UnknownOption { name, known } => {
+                write!(f, "unknown option '{name}' (valid options: {})", known.join(", "))
+            }
+            Error::Io { path, reason } => write!(f, "cannot read '{}': {reason}", path.display()),
+            Error::NotGguf { path } => write!(f, "'{}' is not a GGUF file (bad magic)", path.display()),
+            Error::UnsupportedVersion { path, version } => write!(
+                f,
+                "'{}' uses GGUF version {version}, which is not supported (versions 2 and 3 are)",
+                path.display()
+            ),
+            Error::Truncated { path, what } => {
+                write!(f, "'{}' is truncated: the file ends inside {what}", path.display())
+            }
+            Error::Corrupt { path, what } => write!(f, "'{}' is corrupt: {what}", path.display()),
+            Error::Backend(m) => write!(f, "{m}"),
+            Error::Ggml(m) => write!(f, "ggml: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,118 @@
+//! Raw declarations of the ggml 0.26.0 C API that Lugh uses, written by hand
+//! from ggml.h / ggml-backend.h / ggml-alloc.h / ggml-cpu.h (no bindgen, so no
+//! libclang). Only this module and the other FFI modules use `unsafe` on ggml.
+#![allow(non_camel_case_types, dead_code)]
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+pub const GGML_MAX_DIMS: usize = 4;
+pub const GGML_MAX_NAME: usize = 64;
+pub const GGML_MAX_SRC: usize = 10;
+pub const GGML_MAX_OP_PARAMS: usize = 64;
+pub const GGML_TYPE_COUNT: u32 = 43;
+
+pub const GGML_TYPE_F32: c_int = 0;
+pub const GGML_TYPE_F16: c_int = 1;
+pub const GGML_TYPE_I32: c_int = 26;
+
+/// `struct ggml_tensor`, field for field (ggml.h, 0.26.0).
+#[repr(C)]
+pub struct ggml_tensor {
+    pub type_: c_int,
+    pub buffer: *mut c_void,
+    pub ne: [i64; GGML_MAX_DIMS],
+    pub nb: [usize; GGML_MAX_DIMS],
+    pub op: c_int,
+    pub op_params: [i32; GGML_MAX_OP_PARAMS / 4],
+    pub flags: i32,
+    pub src: [*mut ggml_tensor; GGML_MAX_SRC],
+    pub view_src: *mut ggml_tensor,
+    pub view_offs: usize,
+    pub data: *mut c_void,
+    pub name: [c_char; GGML_MAX_NAME],
+    pub extra: *mut c_void,
+    pub padding: [c_char; 8],
+}
+
+#[repr(C)]
+pub struct ggml_init_params {
+    pub mem_size: usize,
+    pub mem_buffer: *mut c_void,
+    pub no_alloc: bool,
+}
+
+#[repr(C)]
+pub struct ggml_context {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct ggml_cgraph {
+    _opaque: [u8; 0],
+}
+
+pub type ggml_backend_t = *mut c_void;
+pub type ggml_backend_reg_t = *mut c_void;
+pub type ggml_backend_dev_t = *mut c_void;
+pub type ggml_backend_buffer_t = *mut c_void;
+pub type ggml_backend_buffer_type_t = *mut c_void;
+pub type ggml_log_callback = unsafe extern "C" fn(level: c_int, text: *const c_char, user_data: *mut c_void);
+
+pub const GGML_BACKEND_DEVICE_TYPE_CPU: c_int = 0;
+pub const GGML_BACKEND_DEVICE_TYPE_GPU: c_int = 1;
+pub const GGML_BACKEND_DEVICE_TYPE_IGPU: c_int = 2;
+pub const GGML_BACKEND_DEVICE_TYPE_ACCEL: c_int = 3;
+
+extern "C" {
+    pub fn ggml_log_set(cb: Option<ggml_log_callback>, user_data: *mut c_void);
+    pub fn ggml_type_name(t: c_int) -> *const c_char;
+    pub fn ggml_blck_size(t: c_int) -> i64;
+    pub fn ggml_type_size(t: c_int) -> usize;
+    pub fn ggml_is_quantized(t: c_int) -> bool;
+
+    pub fn ggml_backend_reg_count() -> usize;
+    pub fn ggml_backend_reg_get(i: usize) -> ggml_backend_reg_t;
+    pub fn ggml_backend_reg_name(reg: ggml_backend_reg_t) -> *const c_char;
+    pub fn ggml_backend_reg_dev_count(reg: ggml_backend_reg_t) -> usize;
+    pub fn ggml_backend_reg_dev_get(reg: ggml_backend_reg_t, i: usize) -> ggml_backend_dev_t;
+    pub fn ggml_backend_dev_name(dev: ggml_backend_dev_t) -> *const c_char;
+    pub fn ggml_backend_dev_description(dev: ggml_backend_dev_t) -> *const c_char;
+    pub fn ggml_backend_dev_type(dev: ggml_backend_dev_t) -> c_int;
+    pub fn ggml_backend_dev_memory(dev: ggml_backend_dev_t, free: *mut usize, total: *mut usize);
+    pub fn ggml_backend_dev_init(dev: ggml_backend_dev_t, params: *const c_char) -> ggml_backend_t;
+    pub fn ggml_backend_free(backend: ggml_backend_t);
+    pub fn ggml_backend_name(backend: ggml_backend_t) -> *const c_char;
+}
+
+/// A C string from ggml as a Rust string ("" for null).
+pub fn c_str(ptr: *const c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: ggml returns NUL-terminated static or long-lived strings.
+    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+/// Block layout of one ggml type.
+#[derive(Clone, Copy, Debug)]
+pub struct TypeTraits {
+    pub name: &'static str,
+    /// Elements per block.
+    pub block_size: u64,
+    /// Bytes per block.
+    pub type_size: u64,
+}
+
+/// The traits of a ggml type id, or None for an unknown or removed type.
+pub fn type_traits(type_id: u32) -> Option<TypeTraits> {
+    if type_id >= GGML_TYPE_COUNT {
+        return None;
+    }
+    let t = type_id as c_int;
+    // SAFETY: t is below GGML_TYPE_COUNT, so ggml's trait table has an entry.
+    let (block, size, name) = unsafe { (ggml_blck_size(t), ggml_type_size(t), ggml_type_name(t)) };
+    if block <= 0 || size == 0 || name.is_null() {
+        return None; // a removed type (Q4_2, Q4_0_4_4, ...)
+    }
+    // SAFETY: names are static strings in ggml's trait table.
+    let name = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
+    Some(TypeTraits { name, block_size: block as u64, type_size: size as u64 })
+}

@@ -1,0 +1,8 @@
+//! The engine: everything Lugh computes, with no knowledge of perl.
+pub mod backend;
+pub mod error;
+pub mod ggml_sys;
+pub mod gguf;
+pub mod model;
+
+pub use error::{Error, Result};

@@ -1,0 +1,243 @@
+//! A loaded GGUF model: its header, the mapped (or readable) tensor data, and
+//! the facts derived from them. Immutable after load and shared through `Arc`
+//! by everything built on it (tokenizer, inference sessions).
+use super::gguf::{Gguf, TensorInfo, Value};
+use super::{ggml_sys as sys, Error, Result};
+use memmap2::Mmap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+pub struct Model {
+    pub gguf: Gguf,
+    /// The whole file mapped read-only, when loaded with use_mmap.
+    mmap: Option<Mmap>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Model({})", self.gguf.path.display())
+    }
+}
+
+impl Model {
+    /// Opens `path`; with `use_mmap` the file is mapped so that weights are
+    /// used in place, without a second copy.
+    pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
+        super::backend::init_logging();
+        let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+        if !use_mmap {
+            return Ok(Model { gguf: Gguf::open(path)?, mmap: None });
+        }
+        let file = File::open(path).map_err(io_err)?;
+        if file.metadata().map_err(io_err)?.is_dir() {
+            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
+        }
+        // SAFETY: the mapping is read-only; like llama.cpp we assume the file
+        // is not truncated by another process while the model is loaded.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
+        let gguf = Gguf::parse_bytes(path, &mmap)?;
+        Ok(Model { gguf, mmap: Some(mmap) })
+    }
+
+    pub fn path(&self) -> &PathBuf {
+        &self.gguf.path
+    }
+
+    pub fn uses_mmap(&self) -> bool {
+        self.mmap.is_some()
+    }
+
+    /// The tensor's bytes in the mapping (None when not mapped).
+    pub fn mapped_data(&self, t: &TensorInfo) -> Option<&[u8]> {
+        let start = (self.gguf.data_offset + t.offset) as usize;
+        self.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
+    }
+
+    /// The whole mapping (None when not mapped), for backends that can use
+    /// host memory in place.
+    pub fn mapping(&self) -> Option<&[u8]> {
+        self.mmap.as_deref()
+    }
+
+    /// Copies the tensor's bytes into `dst` (which must be `t.size` long).
+    pub fn read_tensor_data(&self, t: &TensorInfo, dst: &mut [u8]) -> Result<()> {
+        assert_eq!(dst.len() as u64, t.size, "read_tensor_data: destination size");
+        if let Some(src) = self.mapped_data(t) {
+            dst.copy_from_slice(src);
+            return Ok(());
+        }
+        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
+        let mut f = File::open(self.path()).map_err(io_err)?;
+        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset)).map_err(io_err)?;
+        f.read_exact(dst).map_err(io_err)
+    }
+
+    pub fn architecture(&self) -> Option<&str> {
+        self.gguf.architecture()
+    }
+
+    fn arch_int(&self, suffix: &str) -> Option<i64> {
+        self.gguf.arch_value(suffix).and_then(|v| v.as_i64().or_else(|| first_int(v)))
+    }
+
+    pub fn n_layer(&self) -> Option<i64> {
+        self.arch_int("block_count")
+    }
+
+    pub fn n_embd(&self) -> Option<i64> {
+        self.arch_int("embedding_length")
+    }
+
+    pub fn n_head(&self) -> Option<i64> {
+        self.arch_int("attention.head_count")
+    }
+
+    /// Defaults to n_head (no grouped-query attention) when the key is absent.
+    pub fn n_head_kv(&self) -> Option<i64> {
+        self.arch_int("attention.head_count_kv").or_else(|| self.n_head())
+    }
+
+    pub fn n_ff(&self) -> Option<i64> {
+        self.arch_int("feed_forward_length")
+    }
+
+    pub fn n_ctx_train(&self) -> Option<i64> {
+        self.arch_int("context_length")
+    }
+
+    /// The vocabulary size: the key, else the token list, else the embedding rows.
+    pub fn n_vocab(&self) -> Option<i64> {
+        self.arch_int("vocab_size")
+            .or_else(|| self.gguf.get_array("tokenizer.ggml.tokens").map(|a| a.len() as i64))
+            .or_else(|| self.gguf.tensor("token_embd.weight").and_then(|t| t.shape.get(1)).map(|&n| n as i64))
+    }
+
+    pub fn rope_freq_base(&self) -> Option<f64> {
+        self.gguf.arch_value("rope.freq_base").and_then(Value::as_f64)
+    }
+
+    pub fn norm_eps(&self) -> Option<f64> {
+        self.gguf
+            .arch_value("attention.layer_norm_rms_epsilon")
+            .or_else(|| self.gguf.arch_value("attention.layer_norm_epsilon"))
+            .and_then(Value::as_f64)
+    }
+
+    /// Whether some layer has a tensor `blk.N.<part>.weight`.
+    fn has_layer_tensor(&self, parts: &[&str]) -> bool {
+        self.gguf.tensors.iter().any(|t| {
+            t.name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(layer, tail)| {
+                layer.bytes().all(|b| b.is_ascii_digit())
+                    && parts.iter().any(|p| tail.strip_prefix(p).is_some_and(|s| s == ".weight"))
+            })
+        })
+    }
+
+    pub fn has_combined_qkv(&self) -> bool {
+        self.has_layer_tensor(&["attn_qkv"])
+    }
+
+    pub fn has_ffn_gate(&self) -> bool {
+        self.has_layer_tensor(&["ffn_gate", "ffn_gate_exps", "ffn_gate_inp"])
+    }
+
+    pub fn has_post_norm(&self) -> bool {
+        self.has_layer_tensor(&["post_attention_norm", "post_ffw_norm", "attn_post_norm", "ffn_post_norm"])
+    }
+
+    /// State-space or RNN-style layers (Mamba, RWKV, ...): they carry `ssm.*`
+    /// or `wkv.*` hyperparameters and tensors instead of an attention cache.
+    pub fn is_recurrent(&self) -> bool {
+        let Some(arch) = self.architecture() else { return false };
+        let ssm = format!("{arch}.ssm.");
+        let wkv = format!("{arch}.wkv.");
+        self.gguf.kv.iter().any(|(k, _)| k.starts_with(&ssm) || k.starts_with(&wkv))
+            || self.has_layer_tensor(&["ssm_in", "ssm_conv1d", "time_mix_key", "time_mix_w1"])
+    }
+
+    pub fn n_params(&self) -> u64 {
+        self.gguf.tensors.iter().map(TensorInfo::n_elements).sum()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.gguf.tensors.iter().map(|t| t.size).sum()
+    }
+
+    /// The quantisation as llama.cpp names it (`general.file_type`), e.g.
+    /// "Q4_1", or the most common tensor type when the key is absent.
+    pub fn file_type(&self) -> String {
+        if let Some(id) = self.gguf.get_i64("general.file_type") {
+            if let Some(name) = file_type_name(id) {
+                return name.to_string();
+            }
+            return format!("unknown ({id})");
+        }
+        let mut counts = std::collections::BTreeMap::new();
+        for t in &self.gguf.tensors {
+            if t.shape.len() >= 2 {
+                *counts.entry(t.ggml_type).or_insert(0u64) += t.size;
+            }
+        }
+        counts
+            .into_iter()
+            .max_by_key(|&(_, n)| n)
+            .and_then(|(ty, _)| sys::type_traits(ty))
+            .map(|tt| tt.name.to_uppercase())
+            .unwrap_or_else(|| "unknown".into())
+    }
+
+    /// The ggml type name of a tensor, e.g. "q4_1".
+    pub fn tensor_type_name(&self, name: &str) -> Option<&'static str> {
+        self.gguf.tensor(name).and_then(|t| sys::type_traits(t.ggml_type)).map(|tt| tt.name)
+    }
+}
+
+fn first_int(v: &Value) -> Option<i64> {
+    // Some models store per-layer values as arrays (e.g. head_count_kv).
+    v.as_array().and_then(|a| a.int_at(0))
+}
+
+/// llama.cpp's names for `general.file_type` (`llama_ftype`).
+fn file_type_name(id: i64) -> Option<&'static str> {
+    const NAMES: &[(i64, &str)] = &[
+        (0, "F32"),
+        (1, "F16"),
+        (2, "Q4_0"),
+        (3, "Q4_1"),
+        (4, "Q4_1_SOME_F16"),
+        (7, "Q8_0"),
+        (8, "Q5_0"),
+        (9, "Q5_1"),
+        (10, "Q2_K"),
+        (11, "Q3_K_S"),
+        (12, "Q3_K_M"),
+        (13, "Q3_K_L"),
+        (14, "Q4_K_S"),
+        (15, "Q4_K_M"),
+        (16, "Q5_K_S"),
+        (17, "Q5_K_M"),
+        (18, "Q6_K"),
+        (19, "IQ2_XXS"),
+        (20, "IQ2_XS"),
+        (21, "Q2_K_S"),
+        (22, "IQ3_XS"),
+        (23, "IQ3_XXS"),
+        (24, "IQ1_S"),
+        (25, "IQ4_NL"),
+        (26, "IQ3_S"),
+        (27, "IQ3_M"),
+        (28, "IQ2_S"),
+        (29, "IQ2_M"),
+        (30, "IQ4_XS"),
+        (31, "IQ1_M"),
+        (32, "BF16"),
+        (36, "TQ1_0"),
+        (37, "TQ2_0"),
+        (38, "MXFP4_MOE"),
+        (39, "NVFP4"),
+        (40, "Q1_0"),
+        (41, "Q2_0"),
+    ];
+    NAMES.iter().find(|&&(i, _)| i == id).map(|&(_, n)| n)
+}

@@ -1,0 +1,44 @@
+//! XS subs of the package Lugh: backends and versions.
+use crate::engine::backend;
+use crate::glue::Ret;
+use crate::xs_subs;
+
+xs_subs! { "Lugh";
+    fn ggml_version(args) {
+        args.expect(0, 0, c"");
+        Ok(Ret::One(args.perl().str(env!("LUGH_GGML_VERSION"))))
+    }
+
+    fn available_backends(args) {
+        args.expect(0, 0, c"");
+        let perl = args.perl();
+        Ok(Ret::List(backend::available().iter().map(|b| perl.str(&b.name)).collect()))
+    }
+
+    fn backend_available(args) {
+        args.expect(1, 1, c"name");
+        let perl = args.perl();
+        let name = perl.string_arg(args.get(0), "backend name")?;
+        Ok(Ret::One(perl.bool(backend::find(&name).is_some())))
+    }
+
+    fn best_backend(args) {
+        args.expect(0, 0, c"");
+        let perl = args.perl();
+        Ok(Ret::One(backend::best().map_or(perl.undef(), |b| perl.str(&b.name))))
+    }
+
+    fn _backend_info(args) {
+        args.expect(1, 1, c"name");
+        let perl = args.perl();
+        let name = perl.string_arg(args.get(0), "backend name")?;
+        let Some(b) = backend::find(&name) else { return Ok(Ret::Empty) };
+        Ok(Ret::List(vec![
+            perl.str("name"), perl.str(&b.name),
+            perl.str("type"), perl.str(b.kind),
+            perl.str("is_gpu"), perl.int(b.is_gpu as i64),
+            perl.str("device_count"), perl.int(b.device_count as i64),
+            perl.str("description"), perl.str(&b.description),
+        ]))
+    }
+}

@@ -1,0 +1,23 @@
+//! The XS subs, one file per perl package.
+use crate::glue::{self, ffi, Cv, Interp};
+
+mod lugh;
+mod model;
+
+/// Boot: the API-version handshake, then every package's XSUBs.
+///
+/// # Safety
+/// Called once per interpreter from `boot_Lugh`.
+pub unsafe fn boot(p: Interp, cv: Cv) {
+    let ax = ffi::lugh_boot_start(p, cv);
+    // Caught panics become perl exceptions; the default hook would also print them.
+    std::panic::set_hook(Box::new(|_| {}));
+    ffi::lugh_set_free_hook(glue::free_object);
+    crate::engine::backend::init_logging();
+    for table in [lugh::SUBS, model::SUBS] {
+        for &(name, f) in table {
+            glue::register(p, name, f);
+        }
+    }
+    ffi::lugh_boot_end(p, ax);
+}
