@@ -3,6 +3,8 @@ pub mod backend;
 pub mod error;
 pub mod ggml_sys;
 pub mod gguf;
+pub mod inference;
 pub mod model;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
