@@ -390,13 +390,31 @@ impl Gguf {
                 )));
             }
         }
-        // Tensors must not overlap: sort by offset and compare neighbours.
+        // Writers lay tensors out back to back, each padded to the alignment,
+        // and end the file there. Checking that layout catches almost any
+        // damage to the tensor list (a changed count, shape, type or offset).
         let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
         by_offset.sort_by_key(|t| t.offset);
-        for pair in by_offset.windows(2) {
-            if pair[0].offset + pair[0].size > pair[1].offset {
-                return Err(r.corrupt(format!("the data of tensors '{}' and '{}' overlap", pair[0].name, pair[1].name)));
+        let mut expected = 0u64;
+        for t in &by_offset {
+            if t.offset < expected {
+                return Err(r.corrupt(format!("the data of tensor '{}' overlaps the tensor before it", t.name)));
             }
+            if t.offset - expected >= alignment {
+                return Err(r.corrupt(format!(
+                    "{} unexplained bytes before the data of tensor '{}'",
+                    t.offset - expected,
+                    t.name
+                )));
+            }
+            expected = (t.offset + t.size).div_ceil(alignment) * alignment;
+        }
+        let end = by_offset.last().map_or(0, |t| t.offset + t.size);
+        if data_size > end && data_size - end >= alignment {
+            return Err(r.corrupt(format!(
+                "{} unexplained bytes after the last tensor's data (the tensor list does not describe the file)",
+                data_size - end
+            )));
         }
 
         Ok(Gguf {

@@ -27,7 +27,9 @@ impl Model {
         super::backend::init_logging();
         let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
         if !use_mmap {
-            return Ok(Model { gguf: Gguf::open(path)?, mmap: None });
+            let gguf = Gguf::open(path)?;
+            check_metadata(&gguf)?;
+            return Ok(Model { gguf, mmap: None });
         }
         let file = File::open(path).map_err(io_err)?;
         if file.metadata().map_err(io_err)?.is_dir() {
@@ -37,6 +39,7 @@ impl Model {
         // is not truncated by another process while the model is loaded.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         let gguf = Gguf::parse_bytes(path, &mmap)?;
+        check_metadata(&gguf)?;
         Ok(Model { gguf, mmap: Some(mmap) })
     }
 
@@ -190,6 +193,117 @@ impl Model {
     /// The ggml type name of a tensor, e.g. "q4_1".
     pub fn tensor_type_name(&self, name: &str) -> Option<&'static str> {
         self.gguf.tensor(name).and_then(|t| sys::type_traits(t.ggml_type)).map(|tt| tt.name)
+    }
+}
+
+/// What a well-known key must hold.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// An integer (or, for per-layer values, an array of integers) in range.
+    Int(i64, i64),
+    /// A finite number in range.
+    Float(f64, f64),
+    Str,
+    Bool,
+    StrArray,
+    NumArray,
+}
+
+/// Keys under the architecture's prefix.
+const ARCH_KEYS: &[(&str, Expect)] = &[
+    ("block_count", Expect::Int(1, 1 << 16)),
+    ("context_length", Expect::Int(1, 1 << 30)),
+    ("embedding_length", Expect::Int(1, 1 << 24)),
+    ("feed_forward_length", Expect::Int(0, 1 << 26)),
+    ("attention.head_count", Expect::Int(0, 1 << 16)),
+    ("attention.head_count_kv", Expect::Int(0, 1 << 16)),
+    ("attention.key_length", Expect::Int(1, 1 << 16)),
+    ("attention.value_length", Expect::Int(1, 1 << 16)),
+    ("attention.sliding_window", Expect::Int(0, 1 << 30)),
+    ("vocab_size", Expect::Int(1, 1 << 26)),
+    ("rope.dimension_count", Expect::Int(0, 1 << 16)),
+    ("rope.freq_base", Expect::Float(0.0, 1e12)),
+    ("attention.layer_norm_rms_epsilon", Expect::Float(0.0, 1.0)),
+    ("attention.layer_norm_epsilon", Expect::Float(0.0, 1.0)),
+];
+
+/// Keys with fixed names.
+const GLOBAL_KEYS: &[(&str, Expect)] = &[
+    ("general.file_type", Expect::Int(0, 1 << 16)),
+    ("general.quantization_version", Expect::Int(0, 1 << 16)),
+    ("tokenizer.ggml.model", Expect::Str),
+    ("tokenizer.ggml.pre", Expect::Str),
+    ("tokenizer.ggml.tokens", Expect::StrArray),
+    ("tokenizer.ggml.merges", Expect::StrArray),
+    ("tokenizer.ggml.scores", Expect::NumArray),
+    ("tokenizer.ggml.token_type", Expect::NumArray),
+    ("tokenizer.ggml.bos_token_id", Expect::Int(-1, 1 << 26)),
+    ("tokenizer.ggml.eos_token_id", Expect::Int(-1, 1 << 26)),
+    ("tokenizer.ggml.add_bos_token", Expect::Bool),
+    ("tokenizer.ggml.add_eos_token", Expect::Bool),
+    ("tokenizer.ggml.add_space_prefix", Expect::Bool),
+];
+
+/// Checks the metadata a model cannot do without, and the type and range of
+/// well-known keys, so that damage shows up as an error at load time rather
+/// than as wrong numbers later.
+fn check_metadata(g: &Gguf) -> Result<()> {
+    let corrupt = |what: String| Error::Corrupt { path: g.path.clone(), what };
+    let arch = match g.get("general.architecture") {
+        Some(Value::Str(a)) if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) => a,
+        Some(v) => return Err(corrupt(format!("general.architecture is {v:?}, not an architecture name"))),
+        None => return Err(corrupt("general.architecture is missing".into())),
+    };
+    let arch_keys = ARCH_KEYS.iter().map(|&(suffix, e)| (format!("{arch}.{suffix}"), e));
+    let global_keys = GLOBAL_KEYS.iter().map(|&(k, e)| (k.to_string(), e));
+    for (key, expect) in arch_keys.chain(global_keys) {
+        if let Some(v) = g.get(&key) {
+            if !value_fits(v, expect) {
+                return Err(corrupt(format!("{key} has an implausible value {}", short_debug(v))));
+            }
+        }
+    }
+    if let Some(tokens) = g.get_array("tokenizer.ggml.tokens") {
+        for key in ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
+            if let Some(a) = g.get_array(key) {
+                if a.len() != tokens.len() {
+                    return Err(corrupt(format!("{key} has {} entries but there are {} tokens", a.len(), tokens.len())));
+                }
+            }
+        }
+    }
+    let n_layer = g.arch_value("block_count").and_then(Value::as_i64);
+    for t in &g.tensors {
+        if !t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            return Err(corrupt(format!("tensor name {:?} has unexpected characters", t.name)));
+        }
+        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next());
+        if let (Some(layer), Some(n_layer)) = (layer, n_layer) {
+            match layer.parse::<i64>() {
+                Ok(il) if il < n_layer => {}
+                _ => return Err(corrupt(format!("tensor '{}' names a layer outside 0..{n_layer}", t.name))),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn value_fits(v: &Value, expect: Expect) -> bool {
+    match (expect, v) {
+        (Expect::Int(lo, hi), Value::Array(a)) => (0..a.len()).all(|i| a.int_at(i).is_some_and(|x| x >= lo && x <= hi)),
+        (Expect::Int(lo, hi), v) => v.as_i64().is_some_and(|x| x >= lo && x <= hi),
+        (Expect::Float(lo, hi), v) => v.as_f64().is_some_and(|x| x.is_finite() && x > lo && x <= hi),
+        (Expect::Str, Value::Str(_)) | (Expect::Bool, Value::Bool(_)) => true,
+        (Expect::StrArray, Value::Array(a)) => matches!(a, super::gguf::Array::Str(_)),
+        (Expect::NumArray, Value::Array(a)) => a.to_f32_vec().is_some(),
+        _ => false,
+    }
+}
+
+fn short_debug(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("(array of {} {})", a.len(), a.element_type().name()),
+        v => format!("{v:?}").chars().take(60).collect(),
     }
 }
 
