@@ -292,7 +292,9 @@ fn value_fits(v: &Value, expect: Expect) -> bool {
     match (expect, v) {
         (Expect::Int(lo, hi), Value::Array(a)) => (0..a.len()).all(|i| a.int_at(i).is_some_and(|x| x >= lo && x <= hi)),
         (Expect::Int(lo, hi), v) => v.as_i64().is_some_and(|x| x >= lo && x <= hi),
-        (Expect::Float(lo, hi), v) => v.as_f64().is_some_and(|x| x.is_finite() && x > lo && x <= hi),
+        (Expect::Float(lo, hi), Value::F32(_) | Value::F64(_)) => {
+            v.as_f64().is_some_and(|x| x.is_finite() && x > lo && x <= hi)
+        }
         (Expect::Str, Value::Str(_)) | (Expect::Bool, Value::Bool(_)) => true,
         (Expect::StrArray, Value::Array(a)) => matches!(a, super::gguf::Array::Str(_)),
         (Expect::NumArray, Value::Array(a)) => a.to_f32_vec().is_some(),

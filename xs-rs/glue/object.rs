@@ -7,7 +7,11 @@ use super::Perl;
 use crate::engine::Error;
 use std::any::Any;
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// How many Lugh objects perl holds now (for leak tests: `Lugh::_live_objects`).
+pub static LIVE_OBJECTS: AtomicUsize = AtomicUsize::new(0);
 
 type Payload = Box<dyn Any + Send + Sync>;
 
@@ -15,6 +19,7 @@ type Payload = Box<dyn Any + Send + Sync>;
 pub fn new_object<T: Send + Sync + 'static>(perl: Perl, class: &str, value: Arc<T>) -> Sv {
     let payload: Box<Payload> = Box::new(Box::new(value));
     let class = CString::new(class).expect("class names have no NUL");
+    LIVE_OBJECTS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: ownership of the payload moves to the magic; free_object takes it back.
     unsafe { ffi::lugh_new_object(perl.0, class.as_ptr(), Box::into_raw(payload).cast()) }
 }
@@ -40,6 +45,7 @@ pub fn object_arc<T: Send + Sync + 'static>(perl: Perl, sv: Sv, class: &str) -> 
 /// # Safety
 /// Called by perl exactly once per payload made by new_object.
 pub unsafe extern "C" fn free_object(raw: *mut c_void) {
+    LIVE_OBJECTS.fetch_sub(1, Ordering::Relaxed);
     // Dropping must never unwind into perl.
     let _ = std::panic::catch_unwind(|| drop(Box::from_raw(raw as *mut Payload)));
 }

@@ -9,6 +9,12 @@ xs_subs! { "Lugh";
         Ok(Ret::One(args.perl().str(env!("LUGH_GGML_VERSION"))))
     }
 
+    fn _live_objects(args) {
+        args.expect(0, 0, c"");
+        let live = crate::glue::LIVE_OBJECTS.load(std::sync::atomic::Ordering::Relaxed);
+        Ok(Ret::One(args.perl().int(live as i64)))
+    }
+
     fn available_backends(args) {
         args.expect(0, 0, c"");
         let perl = args.perl();
