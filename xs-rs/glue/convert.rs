@@ -72,7 +72,10 @@ impl Perl {
                     Err(arg_error(what, format!("must be an integer, got {v}")))
                 }
             }
-            _ => Err(arg_error(what, format!("must be an integer, got '{}'", self.describe(sv)))),
+            _ => Err(arg_error(
+                what,
+                format!("must be an integer, got '{}'", self.describe(sv)),
+            )),
         }
     }
 
@@ -83,7 +86,10 @@ impl Perl {
         }
         // SAFETY: sv is live.
         if unsafe { ffi::lugh_sv_number_kind(self.0, sv) } == 0 || self.ref_kind(sv) != 0 {
-            return Err(arg_error(what, format!("must be a number, got '{}'", self.describe(sv))));
+            return Err(arg_error(
+                what,
+                format!("must be a number, got '{}'", self.describe(sv)),
+            ));
         }
         Ok(self.float_unchecked(sv))
     }
@@ -122,11 +128,16 @@ impl Perl {
     /// The elements of an array reference.
     pub fn array_arg(self, sv: Sv, what: &str) -> Result<Vec<Sv>, Error> {
         if self.ref_kind(sv) != b'A' {
-            return Err(arg_error(what, format!("must be an ARRAY reference, got {}", self.describe(sv))));
+            return Err(arg_error(
+                what,
+                format!("must be an ARRAY reference, got {}", self.describe(sv)),
+            ));
         }
         // SAFETY: sv is an array reference.
         let n = unsafe { ffi::lugh_av_count(self.0, sv) };
-        Ok((0..n).map(|i| unsafe { ffi::lugh_av_fetch(self.0, sv, i) }).collect())
+        Ok((0..n)
+            .map(|i| unsafe { ffi::lugh_av_fetch(self.0, sv, i) })
+            .collect())
     }
 
     /// An array reference of integers, e.g. token ids.
@@ -145,7 +156,10 @@ impl Perl {
         items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| self.number_arg(item, &format!("{what} element {i}")).map(|v| v as f32))
+            .map(|(i, item)| {
+                self.number_arg(item, &format!("{what} element {i}"))
+                    .map(|v| v as f32)
+            })
             .collect()
     }
 
@@ -155,7 +169,10 @@ impl Perl {
             return Ok(None);
         }
         if self.ref_kind(sv) != b'C' {
-            return Err(arg_error(what, format!("must be a CODE reference, got {}", self.describe(sv))));
+            return Err(arg_error(
+                what,
+                format!("must be a CODE reference, got {}", self.describe(sv)),
+            ));
         }
         Ok(Some(sv))
     }

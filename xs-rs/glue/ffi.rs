@@ -14,10 +14,15 @@ pub struct SvBody {
 pub struct CvBody {
     _opaque: [u8; 0],
 }
-/// A perl scalar (`SV*`).
-pub type Sv = *mut SvBody;
+/// A perl scalar (`SV*`). Only ever made by perl (stack slots, mortals), so
+/// holding one means holding a live SV for the current statement.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Sv(pub *mut SvBody);
 /// A perl sub (`CV*`).
-pub type Cv = *mut CvBody;
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct Cv(pub *mut CvBody);
 
 pub type RustXsub = unsafe extern "C" fn(Interp, Cv);
 pub type FreeHook = unsafe extern "C" fn(*mut c_void);
