@@ -221,3 +221,81 @@ fn out_of_range_ids_are_errors() {
     assert_eq!(vocab.token_to_piece(50256, true).unwrap(), b"<|endoftext|>");
     assert!(vocab.is_eog(50256));
 }
+
+/// The ids of `"key":[...]` in a line.
+fn ids_field(line: &str, key: &str) -> Vec<i32> {
+    let list = line
+        .split_once(&format!("\"{key}\":["))
+        .expect(key)
+        .1
+        .split(']')
+        .next()
+        .unwrap();
+    list.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+fn hex_field(line: &str) -> Vec<u8> {
+    let hex = line
+        .split_once("\"hex\":\"")
+        .expect("hex")
+        .1
+        .split('"')
+        .next()
+        .unwrap();
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// t/data/tokenizer-golden: llama.cpp's ids for hard cases (scripts, emoji
+/// sequences, whitespace, control characters, look-alikes, invalid UTF-8).
+#[test]
+fn golden_hard_cases() {
+    for (name, file) in [
+        ("gpt-2", "ggml-vocab-gpt-2.gguf"),
+        ("llama-bpe", "ggml-vocab-llama-bpe.gguf"),
+        ("llama-spm", "ggml-vocab-llama-spm.gguf"),
+        ("phi-3", "ggml-vocab-phi-3.gguf"),
+        ("qwen2", "ggml-vocab-qwen2.gguf"),
+        ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
+        (
+            "qwen2.5-coder-0.5b-q4_k_m",
+            "qwen2.5-coder-0.5b-q4_k_m.gguf",
+        ),
+        ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
+    ] {
+        let Some(vocab) = load(file) else { continue };
+        let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("t/data/tokenizer-golden/{name}.jsonl"));
+        let content = std::fs::read_to_string(golden).unwrap();
+        let (mut ok, mut total) = (0, 0);
+        for line in content.lines() {
+            let text = hex_field(line);
+            for (key, parse_special) in [("plain", false), ("special", true)] {
+                let want = ids_field(line, key);
+                let got = vocab.encode_bytes(
+                    &text,
+                    EncodeOptions {
+                        parse_special,
+                        ..Default::default()
+                    },
+                );
+                total += 1;
+                if got == want {
+                    ok += 1;
+                } else {
+                    eprintln!(
+                        "{name} {key} {:?}\n  want {want:?}\n  got  {got:?}",
+                        String::from_utf8_lossy(&text)
+                    );
+                }
+            }
+        }
+        eprintln!("golden {name}: {ok}/{total} identical");
+        assert_eq!(ok, total, "{name}");
+    }
+}
