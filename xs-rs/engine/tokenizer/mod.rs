@@ -64,10 +64,7 @@ mod attr {
 /// Which algorithm the vocabulary uses.
 enum Kind {
     /// SentencePiece (`tokenizer.ggml.model = llama`).
-    Spm {
-        add_space_prefix: bool,
-        byte_tokens: Box<[Option<i32>; 256]>,
-    },
+    Spm { add_space_prefix: bool, byte_tokens: Box<[Option<i32>; 256]> },
     /// Byte-level BPE (`gpt2`).
     Bpe(Box<BpeModel>),
 }
@@ -205,24 +202,14 @@ impl Vocab {
 
     /// Whether decoding drops the space SPM encoding put in front of text.
     pub fn adds_space_prefix(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::Spm {
-                add_space_prefix: true,
-                ..
-            }
-        )
+        matches!(self.kind, Kind::Spm { add_space_prefix: true, .. })
     }
 
     fn check_id(&self, id: i32) -> Result<usize> {
         if id >= 0 && (id as usize) < self.n_vocab() {
             Ok(id as usize)
         } else {
-            Err(Error::TokenOutOfRange {
-                pos: None,
-                id: id as i64,
-                n_vocab: self.n_vocab(),
-            })
+            Err(Error::TokenOutOfRange { pos: None, id: id as i64, n_vocab: self.n_vocab() })
         }
     }
 
@@ -268,14 +255,7 @@ impl Vocab {
 
     /// Tokenizes text exactly like llama.cpp's llama_tokenize.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<i32> {
-        self.encode_bytes(
-            text.as_bytes(),
-            EncodeOptions {
-                add_bos,
-                add_eos: false,
-                parse_special,
-            },
-        )
+        self.encode_bytes(text.as_bytes(), EncodeOptions { add_bos, add_eos: false, parse_special })
     }
 
     /// Tokenizes UTF-8 text given as bytes (invalid sequences are read the
@@ -287,17 +267,10 @@ impl Vocab {
             out.extend(self.special_ids.bos);
         }
         let mut fragments = Vec::new();
-        self.special_tokens
-            .partition(text, options.parse_special, &mut fragments);
+        self.special_tokens.partition(text, options.parse_special, &mut fragments);
         match &self.kind {
-            Kind::Spm {
-                add_space_prefix,
-                byte_tokens,
-            } => {
-                let lookup = SpmLookup {
-                    vocab: self,
-                    byte_tokens,
-                };
+            Kind::Spm { add_space_prefix, byte_tokens } => {
+                let lookup = SpmLookup { vocab: self, byte_tokens };
                 let mut session = spm::SpmSession::default();
                 let mut escaped = Vec::new();
                 // llama.cpp puts a space before the text and after every
@@ -362,9 +335,7 @@ impl Vocab {
             if state.cache.len() < 1 << 16 {
                 let at = state.cached.len();
                 state.cached.extend_from_slice(&out[from..]);
-                state
-                    .cache
-                    .insert(word.into(), (at as u32, state.cached.len() as u32));
+                state.cache.insert(word.into(), (at as u32, state.cached.len() as u32));
             }
         }
         state.words = words;
@@ -408,11 +379,7 @@ impl Vocab {
     /// As `token_to_piece`, borrowed.
     pub fn piece(&self, id: i32, special: bool) -> Result<&[u8]> {
         let i = self.check_id(id)?;
-        Ok(if !special && self.is_hidden(i) {
-            &[]
-        } else {
-            self.pieces.get(i)
-        })
+        Ok(if !special && self.is_hidden(i) { &[] } else { self.pieces.get(i) })
     }
 
     /// The bytes of a token sequence. For vocabularies that put a space in
@@ -425,11 +392,7 @@ impl Vocab {
         let mut decoder = self.piece_decoder(special);
         for (pos, &id) in ids.iter().enumerate() {
             let piece = decoder.next(self, id).map_err(|e| match e {
-                Error::TokenOutOfRange { id, n_vocab, .. } => Error::TokenOutOfRange {
-                    pos: Some(pos),
-                    id,
-                    n_vocab,
-                },
+                Error::TokenOutOfRange { id, n_vocab, .. } => Error::TokenOutOfRange { pos: Some(pos), id, n_vocab },
                 other => other,
             })?;
             out.extend_from_slice(piece);
@@ -439,10 +402,7 @@ impl Vocab {
 
     /// A token-by-token decoder applying the same rules as `decode`.
     pub fn piece_decoder(&self, special: bool) -> PieceDecoder {
-        PieceDecoder {
-            special,
-            strip_space: self.adds_space_prefix(),
-        }
+        PieceDecoder { special, strip_space: self.adds_space_prefix() }
     }
 }
 
@@ -495,10 +455,7 @@ struct SpmLookup<'a> {
 impl spm::SpmVocab for SpmLookup<'_> {
     #[inline]
     fn spm_token(&self, text: &[u8]) -> Option<(i32, f32)> {
-        self.vocab
-            .ids
-            .get(text)
-            .map(|&id| (id, self.vocab.scores[id as usize]))
+        self.vocab.ids.get(text).map(|&id| (id, self.vocab.scores[id as usize]))
     }
 
     #[inline]
