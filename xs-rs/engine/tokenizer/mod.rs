@@ -415,6 +415,11 @@ pub struct PieceDecoder {
 }
 
 impl PieceDecoder {
+    /// Whether control tokens are rendered.
+    pub fn special(&self) -> bool {
+        self.special
+    }
+
     /// The bytes of the next token.
     pub fn next<'v>(&mut self, vocab: &'v Vocab, id: i32) -> Result<&'v [u8]> {
         let mut piece = vocab.piece(id, self.special)?;
