@@ -325,7 +325,7 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         for b in 0..=255u8 {
             byte_tokens[b as usize] = id_of(&format!("<0x{b:02X}>")).or_else(|| ids.get(&[b][..]).copied());
         }
-        Kind::Spm { add_space_prefix, byte_tokens }
+        Kind::Spm { add_space_prefix, byte_tokens, joined_before_space: joined_before_space(&texts) }
     } else {
         let spec = pre_spec.expect("BPE has a pre-tokenizer");
         let merge_lines = gguf.get_str_array("tokenizer.ggml.merges").ok_or_else(|| {
@@ -427,4 +427,36 @@ fn byte_of_token(text: &[u8]) -> u8 {
         }
     }
     value as u8
+}
+
+/// The characters that some token has right before a `▁`, not counting a
+/// leading run of `▁` (see `spm_fragment`); None if there are many.
+fn joined_before_space(texts: &Texts) -> Option<Vec<Box<[u8]>>> {
+    const MARK: &[u8] = "▁".as_bytes();
+    let mut joined: Vec<Box<[u8]>> = Vec::new();
+    for i in 0..texts.ends.len() {
+        let mut rest = texts.get(i);
+        while rest.starts_with(MARK) {
+            rest = &rest[MARK.len()..];
+        }
+        let mut prev_start = None;
+        let mut at = 0;
+        while at < rest.len() {
+            let len = super::utf8::seq_len(rest[at]).min(rest.len() - at);
+            if &rest[at..at + len] == MARK {
+                if let Some(p) = prev_start {
+                    let prev = &rest[p..at];
+                    if prev != MARK && !joined.iter().any(|j| **j == *prev) {
+                        joined.push(prev.into());
+                        if joined.len() > 64 {
+                            return None;
+                        }
+                    }
+                }
+            }
+            prev_start = Some(at);
+            at += len;
+        }
+    }
+    Some(joined)
 }

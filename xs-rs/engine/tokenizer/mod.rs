@@ -64,7 +64,13 @@ mod attr {
 /// Which algorithm the vocabulary uses.
 enum Kind {
     /// SentencePiece (`tokenizer.ggml.model = llama`).
-    Spm { add_space_prefix: bool, byte_tokens: Box<[Option<i32>; 256]> },
+    Spm {
+        add_space_prefix: bool,
+        byte_tokens: Box<[Option<i32>; 256]>,
+        /// Characters that some token has right before a `▁` (other than in
+        /// a leading run of `▁`); None when there are too many to bother.
+        joined_before_space: Option<Vec<Box<[u8]>>>,
+    },
     /// Byte-level BPE (`gpt2`).
     Bpe(Box<BpeModel>),
 }
@@ -269,9 +275,9 @@ impl Vocab {
         let mut fragments = Vec::new();
         self.special_tokens.partition(text, options.parse_special, &mut fragments);
         match &self.kind {
-            Kind::Spm { add_space_prefix, byte_tokens } => {
+            Kind::Spm { add_space_prefix, byte_tokens, joined_before_space } => {
                 let lookup = SpmLookup { vocab: self, byte_tokens };
-                let mut session = spm::SpmSession::default();
+                let mut state = SpmState::default();
                 let mut escaped = Vec::new();
                 // llama.cpp puts a space before the text and after every
                 // special token (when the vocabulary asks for the prefix).
@@ -285,16 +291,16 @@ impl Vocab {
                         Fragment::Text { start, end } => {
                             escaped.clear();
                             if *add_space_prefix && after_special {
-                                escaped.extend_from_slice("▁".as_bytes());
+                                escaped.extend_from_slice(SPACE_MARK);
                             }
                             for &b in &text[start..end] {
                                 if b == b' ' {
-                                    escaped.extend_from_slice("▁".as_bytes());
+                                    escaped.extend_from_slice(SPACE_MARK);
                                 } else {
                                     escaped.push(b);
                                 }
                             }
-                            session.tokenize(&lookup, &escaped, &mut out);
+                            spm_fragment(&lookup, joined_before_space.as_deref(), &escaped, &mut state, &mut out);
                             after_special = false;
                         }
                     }
@@ -436,6 +442,68 @@ impl PieceDecoder {
             self.strip_space = false;
         }
         Ok(piece)
+    }
+}
+
+/// SentencePiece's escaped space.
+const SPACE_MARK: &[u8] = "▁".as_bytes();
+
+/// Scratch for SPM, reused across the segments of one call.
+#[derive(Default)]
+struct SpmState {
+    session: spm::SpmSession,
+    /// Segments already tokenized in this call → their ids in `cached`.
+    cache: FxMap<Box<[u8]>, (u32, u32)>,
+    cached: Vec<i32>,
+}
+
+/// Tokenizes escaped SPM text. A merge can only join two symbols if some
+/// token contains both; so where a `▁` follows a character that no token
+/// has before a `▁`, no merge will ever cross, and the text is cut there
+/// (at symbol boundaries, as the merger would see them). The pieces are
+/// tokenized alone: the same result, with small queues and a cache for
+/// repeated words.
+fn spm_fragment(
+    lookup: &SpmLookup,
+    joined_before_space: Option<&[Box<[u8]>]>,
+    text: &[u8],
+    state: &mut SpmState,
+    out: &mut Vec<i32>,
+) {
+    let Some(joined) = joined_before_space else {
+        state.session.tokenize(lookup, text, out);
+        return;
+    };
+    let mut segment_start = 0;
+    let mut prev: &[u8] = &[];
+    let mut i = 0;
+    while i < text.len() {
+        let len = utf8::seq_len(text[i]).min(text.len() - i);
+        let symbol = &text[i..i + len];
+        if symbol == SPACE_MARK && i > segment_start && prev != SPACE_MARK && !joined.iter().any(|j| **j == *prev) {
+            spm_segment(lookup, &text[segment_start..i], state, out);
+            segment_start = i;
+        }
+        prev = symbol;
+        i += len;
+    }
+    spm_segment(lookup, &text[segment_start..], state, out);
+}
+
+fn spm_segment(lookup: &SpmLookup, segment: &[u8], state: &mut SpmState, out: &mut Vec<i32>) {
+    if segment.is_empty() {
+        return;
+    }
+    if let Some(&(from, to)) = state.cache.get(segment) {
+        out.extend_from_slice(&state.cached[from as usize..to as usize]);
+        return;
+    }
+    let from = out.len();
+    state.session.tokenize(lookup, segment, out);
+    if state.cache.len() < 1 << 16 {
+        let at = state.cached.len();
+        state.cached.extend_from_slice(&out[from..]);
+        state.cache.insert(segment.into(), (at as u32, state.cached.len() as u32));
     }
 }
 
