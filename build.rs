@@ -30,8 +30,7 @@ fn ggml_source_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let manifest =
-        Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("vendor/ggml/Cargo.toml");
+    let manifest = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("vendor/ggml/Cargo.toml");
     // Only the manifest's own target is needed; --locked keeps the checksum pinned.
     let target = env::var("TARGET").unwrap();
     let fetch = Command::new(&cargo)
@@ -39,37 +38,17 @@ fn ggml_source_dir() -> PathBuf {
         .arg(&manifest)
         .status()
         .expect("cannot run cargo fetch for the ggml pin");
-    assert!(
-        fetch.success(),
-        "cargo fetch of the ggml pin ({}) failed",
-        manifest.display()
-    );
+    assert!(fetch.success(), "cargo fetch of the ggml pin ({}) failed", manifest.display());
     let meta = Command::new(&cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--locked",
-            "--offline",
-            "--manifest-path",
-        ])
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path"])
         .arg(&manifest)
         .output()
         .expect("cannot run cargo metadata for the ggml pin");
-    assert!(
-        meta.status.success(),
-        "cargo metadata of the ggml pin failed: {}",
-        String::from_utf8_lossy(&meta.stderr)
-    );
+    assert!(meta.status.success(), "cargo metadata of the ggml pin failed: {}", String::from_utf8_lossy(&meta.stderr));
     let json = String::from_utf8(meta.stdout).unwrap();
-    let crate_dir = pinned_manifest_dir(&json)
-        .expect("llama-cpp-sys-2 not found in cargo metadata of the ggml pin");
+    let crate_dir = pinned_manifest_dir(&json).expect("llama-cpp-sys-2 not found in cargo metadata of the ggml pin");
     let dir = crate_dir.join("llama.cpp/ggml");
-    assert!(
-        dir.join("include/ggml.h").exists(),
-        "no ggml tree at {}",
-        dir.display()
-    );
+    assert!(dir.join("include/ggml.h").exists(), "no ggml tree at {}", dir.display());
     dir
 }
 
@@ -92,7 +71,9 @@ fn build_ggml(g: &Path, out: &Path) {
     // ggml.c includes this header, which ggml's CMake would generate.
     std::fs::write(
         out.join("ggml-version.h"),
-        format!("#pragma once\n#define GGML_VERSION \"{GGML_VERSION}\"\n#define GGML_COMMIT \"{PIN_PACKAGE}-0.1.161\"\n"),
+        format!(
+            "#pragma once\n#define GGML_VERSION \"{GGML_VERSION}\"\n#define GGML_COMMIT \"{PIN_PACKAGE}-0.1.161\"\n"
+        ),
     )
     .unwrap();
     println!("cargo:rustc-env=LUGH_GGML_VERSION={GGML_VERSION}");
@@ -118,21 +99,12 @@ fn build_ggml(g: &Path, out: &Path) {
             b.std("gnu11");
         }
         if cpu {
-            b.include(g.join("src/ggml-cpu"))
-                .define("GGML_USE_CPU_REPACK", None)
-                .define("GGML_USE_LLAMAFILE", None);
+            b.include(g.join("src/ggml-cpu")).define("GGML_USE_CPU_REPACK", None).define("GGML_USE_LLAMAFILE", None);
             match arch.as_str() {
                 // ggml's portable x86-64 build (GGML_NATIVE=OFF with AVX2): the
                 // flags its CMake sets for that variant.
                 "x86_64" => {
-                    for d in [
-                        "GGML_AVX",
-                        "GGML_AVX2",
-                        "GGML_BMI2",
-                        "GGML_F16C",
-                        "GGML_FMA",
-                        "GGML_SSE42",
-                    ] {
+                    for d in ["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"] {
                         b.define(d, None);
                     }
                     for f in ["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"] {
@@ -150,9 +122,7 @@ fn build_ggml(g: &Path, out: &Path) {
         b
     };
     let mut base_c = setup(false, false);
-    base_c
-        .files(["ggml.c", "ggml-alloc.c", "ggml-quants.c"].map(src))
-        .compile("ggml_base_c");
+    base_c.files(["ggml.c", "ggml-alloc.c", "ggml-quants.c"].map(src)).compile("ggml_base_c");
 
     let mut cpu_c = setup(false, true);
     cpu_c.files(["ggml-cpu/ggml-cpu.c", "ggml-cpu/quants.c"].map(src));
@@ -164,15 +134,8 @@ fn build_ggml(g: &Path, out: &Path) {
     let mut base_cxx = setup(true, false);
     base_cxx
         .files(
-            [
-                "ggml.cpp",
-                "ggml-backend.cpp",
-                "ggml-backend-meta.cpp",
-                "ggml-opt.cpp",
-                "ggml-threading.cpp",
-                "gguf.cpp",
-            ]
-            .map(src),
+            ["ggml.cpp", "ggml-backend.cpp", "ggml-backend-meta.cpp", "ggml-opt.cpp", "ggml-threading.cpp", "gguf.cpp"]
+                .map(src),
         )
         .define("GGML_USE_CPU", None)
         .files(["ggml-backend-reg.cpp", "ggml-backend-dl.cpp"].map(src))
@@ -231,15 +194,11 @@ fn build_perl_shim() {
     let perl = perl.split_whitespace().next().unwrap_or("perl").to_string();
     let core = format!("{}/CORE", perl_config(&perl, "archlibexp"));
     let mut b = cc::Build::new();
-    b.file("xs-rs/glue/shim.c")
-        .include(&core)
-        .define("XS_VERSION", "\"0.20\"")
-        .warnings(false);
+    b.file("xs-rs/glue/shim.c").include(&core).define("XS_VERSION", "\"0.20\"").warnings(false);
     for f in perl_config(&perl, "ccflags").split_whitespace() {
         b.flag(f);
     }
-    b.flag("-Werror=implicit-function-declaration")
-        .compile("lugh_perl_shim");
+    b.flag("-Werror=implicit-function-declaration").compile("lugh_perl_shim");
     if perl_config(&perl, "usemultiplicity") == "define" {
         println!("cargo:rustc-cfg=perl_multiplicity");
     }

@@ -20,6 +20,7 @@ sub _croak {
 }
 
 require Lugh::Model;
+require Lugh::Tokenizer;
 
 sub version { return $VERSION }
 

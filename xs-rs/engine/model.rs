@@ -2,16 +2,20 @@
 //! the facts derived from them. Immutable after load and shared through `Arc`
 //! by everything built on it (tokenizer, inference sessions).
 use super::gguf::{Gguf, TensorInfo, Value};
+use super::tokenizer::Vocab;
 use super::{ggml_sys as sys, Error, Result};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 pub struct Model {
     pub gguf: Gguf,
     /// The whole file mapped read-only, when loaded with use_mmap.
     mmap: Option<Mmap>,
+    /// The tokenizer vocabulary, built on first use and shared.
+    vocab: OnceLock<Arc<Vocab>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -25,31 +29,33 @@ impl Model {
     /// used in place, without a second copy.
     pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
         super::backend::init_logging();
-        let io_err = |e: std::io::Error| Error::Io {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        };
+        let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
         if !use_mmap {
             let gguf = Gguf::open(path)?;
             check_metadata(&gguf)?;
-            return Ok(Model { gguf, mmap: None });
+            return Ok(Model { gguf, mmap: None, vocab: OnceLock::new() });
         }
         let file = File::open(path).map_err(io_err)?;
         if file.metadata().map_err(io_err)?.is_dir() {
-            return Err(Error::Io {
-                path: path.to_path_buf(),
-                reason: "it is a directory".into(),
-            });
+            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
         }
         // SAFETY: the mapping is read-only; like llama.cpp we assume the file
         // is not truncated by another process while the model is loaded.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         let gguf = Gguf::parse_bytes(path, &mmap)?;
         check_metadata(&gguf)?;
-        Ok(Model {
-            gguf,
-            mmap: Some(mmap),
-        })
+        Ok(Model { gguf, mmap: Some(mmap), vocab: OnceLock::new() })
+    }
+
+    /// The model's tokenizer vocabulary, built once and then shared by every
+    /// tokenizer and inference session on this model.
+    pub fn vocab(&self) -> Result<Arc<Vocab>> {
+        if let Some(v) = self.vocab.get() {
+            return Ok(v.clone());
+        }
+        let built = Arc::new(Vocab::from_gguf(&self.gguf)?);
+        // Two threads may build at once; both then use the first one stored.
+        Ok(self.vocab.get_or_init(|| built).clone())
     }
 
     pub fn path(&self) -> &PathBuf {
@@ -63,9 +69,7 @@ impl Model {
     /// The tensor's bytes in the mapping (None when not mapped).
     pub fn mapped_data(&self, t: &TensorInfo) -> Option<&[u8]> {
         let start = (self.gguf.data_offset + t.offset) as usize;
-        self.mmap
-            .as_ref()
-            .map(|m| &m[start..start + t.size as usize])
+        self.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
     }
 
     /// The whole mapping (None when not mapped), for backends that can use
@@ -76,22 +80,14 @@ impl Model {
 
     /// Copies the tensor's bytes into `dst` (which must be `t.size` long).
     pub fn read_tensor_data(&self, t: &TensorInfo, dst: &mut [u8]) -> Result<()> {
-        assert_eq!(
-            dst.len() as u64,
-            t.size,
-            "read_tensor_data: destination size"
-        );
+        assert_eq!(dst.len() as u64, t.size, "read_tensor_data: destination size");
         if let Some(src) = self.mapped_data(t) {
             dst.copy_from_slice(src);
             return Ok(());
         }
-        let io_err = |e: std::io::Error| Error::Io {
-            path: self.path().clone(),
-            reason: e.to_string(),
-        };
+        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
         let mut f = File::open(self.path()).map_err(io_err)?;
-        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset))
-            .map_err(io_err)?;
+        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset)).map_err(io_err)?;
         f.read_exact(dst).map_err(io_err)
     }
 
@@ -100,9 +96,7 @@ impl Model {
     }
 
     fn arch_int(&self, suffix: &str) -> Option<i64> {
-        self.gguf
-            .arch_value(suffix)
-            .and_then(|v| v.as_i64().or_else(|| first_int(v)))
+        self.gguf.arch_value(suffix).and_then(|v| v.as_i64().or_else(|| first_int(v)))
     }
 
     pub fn n_layer(&self) -> Option<i64> {
@@ -119,8 +113,7 @@ impl Model {
 
     /// Defaults to n_head (no grouped-query attention) when the key is absent.
     pub fn n_head_kv(&self) -> Option<i64> {
-        self.arch_int("attention.head_count_kv")
-            .or_else(|| self.n_head())
+        self.arch_int("attention.head_count_kv").or_else(|| self.n_head())
     }
 
     pub fn n_ff(&self) -> Option<i64> {
@@ -134,23 +127,12 @@ impl Model {
     /// The vocabulary size: the key, else the token list, else the embedding rows.
     pub fn n_vocab(&self) -> Option<i64> {
         self.arch_int("vocab_size")
-            .or_else(|| {
-                self.gguf
-                    .get_array("tokenizer.ggml.tokens")
-                    .map(|a| a.len() as i64)
-            })
-            .or_else(|| {
-                self.gguf
-                    .tensor("token_embd.weight")
-                    .and_then(|t| t.shape.get(1))
-                    .map(|&n| n as i64)
-            })
+            .or_else(|| self.gguf.get_array("tokenizer.ggml.tokens").map(|a| a.len() as i64))
+            .or_else(|| self.gguf.tensor("token_embd.weight").and_then(|t| t.shape.get(1)).map(|&n| n as i64))
     }
 
     pub fn rope_freq_base(&self) -> Option<f64> {
-        self.gguf
-            .arch_value("rope.freq_base")
-            .and_then(Value::as_f64)
+        self.gguf.arch_value("rope.freq_base").and_then(Value::as_f64)
     }
 
     pub fn norm_eps(&self) -> Option<f64> {
@@ -163,15 +145,10 @@ impl Model {
     /// Whether some layer has a tensor `blk.N.<part>.weight`.
     fn has_layer_tensor(&self, parts: &[&str]) -> bool {
         self.gguf.tensors.iter().any(|t| {
-            t.name
-                .strip_prefix("blk.")
-                .and_then(|rest| rest.split_once('.'))
-                .is_some_and(|(layer, tail)| {
-                    layer.bytes().all(|b| b.is_ascii_digit())
-                        && parts
-                            .iter()
-                            .any(|p| tail.strip_prefix(p).is_some_and(|s| s == ".weight"))
-                })
+            t.name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(layer, tail)| {
+                layer.bytes().all(|b| b.is_ascii_digit())
+                    && parts.iter().any(|p| tail.strip_prefix(p).is_some_and(|s| s == ".weight"))
+            })
         })
     }
 
@@ -184,12 +161,7 @@ impl Model {
     }
 
     pub fn has_post_norm(&self) -> bool {
-        self.has_layer_tensor(&[
-            "post_attention_norm",
-            "post_ffw_norm",
-            "attn_post_norm",
-            "ffn_post_norm",
-        ])
+        self.has_layer_tensor(&["post_attention_norm", "post_ffw_norm", "attn_post_norm", "ffn_post_norm"])
     }
 
     /// State-space or RNN-style layers (Mamba, RWKV, ...): they carry `ssm.*`
@@ -200,10 +172,7 @@ impl Model {
         };
         let ssm = format!("{arch}.ssm.");
         let wkv = format!("{arch}.wkv.");
-        self.gguf
-            .kv
-            .iter()
-            .any(|(k, _)| k.starts_with(&ssm) || k.starts_with(&wkv))
+        self.gguf.kv.iter().any(|(k, _)| k.starts_with(&ssm) || k.starts_with(&wkv))
             || self.has_layer_tensor(&["ssm_in", "ssm_conv1d", "time_mix_key", "time_mix_w1"])
     }
 
@@ -240,10 +209,7 @@ impl Model {
 
     /// The ggml type name of a tensor, e.g. "q4_1".
     pub fn tensor_type_name(&self, name: &str) -> Option<&'static str> {
-        self.gguf
-            .tensor(name)
-            .and_then(|t| sys::type_traits(t.ggml_type))
-            .map(|tt| tt.name)
+        self.gguf.tensor(name).and_then(|t| sys::type_traits(t.ggml_type)).map(|tt| tt.name)
     }
 }
 
@@ -299,36 +265,20 @@ const GLOBAL_KEYS: &[(&str, Expect)] = &[
 /// well-known keys, so that damage shows up as an error at load time rather
 /// than as wrong numbers later.
 fn check_metadata(g: &Gguf) -> Result<()> {
-    let corrupt = |what: String| Error::Corrupt {
-        path: g.path.clone(),
-        what,
-    };
+    let corrupt = |what: String| Error::Corrupt { path: g.path.clone(), what };
     let arch = match g.get("general.architecture") {
-        Some(Value::Str(a))
-            if !a.is_empty()
-                && a.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) =>
-        {
+        Some(Value::Str(a)) if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) => {
             a
         }
-        Some(v) => {
-            return Err(corrupt(format!(
-                "general.architecture is {v:?}, not an architecture name"
-            )))
-        }
+        Some(v) => return Err(corrupt(format!("general.architecture is {v:?}, not an architecture name"))),
         None => return Err(corrupt("general.architecture is missing".into())),
     };
-    let arch_keys = ARCH_KEYS
-        .iter()
-        .map(|&(suffix, e)| (format!("{arch}.{suffix}"), e));
+    let arch_keys = ARCH_KEYS.iter().map(|&(suffix, e)| (format!("{arch}.{suffix}"), e));
     let global_keys = GLOBAL_KEYS.iter().map(|&(k, e)| (k.to_string(), e));
     for (key, expect) in arch_keys.chain(global_keys) {
         if let Some(v) = g.get(&key) {
             if !value_fits(v, expect) {
-                return Err(corrupt(format!(
-                    "{key} has an implausible value {}",
-                    short_debug(v)
-                )));
+                return Err(corrupt(format!("{key} has an implausible value {}", short_debug(v))));
             }
         }
     }
@@ -347,29 +297,14 @@ fn check_metadata(g: &Gguf) -> Result<()> {
     }
     let n_layer = g.arch_value("block_count").and_then(Value::as_i64);
     for t in &g.tensors {
-        if !t
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-        {
-            return Err(corrupt(format!(
-                "tensor name {:?} has unexpected characters",
-                t.name
-            )));
+        if !t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            return Err(corrupt(format!("tensor name {:?} has unexpected characters", t.name)));
         }
-        let layer = t
-            .name
-            .strip_prefix("blk.")
-            .and_then(|r| r.split('.').next());
+        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next());
         if let (Some(layer), Some(n_layer)) = (layer, n_layer) {
             match layer.parse::<i64>() {
                 Ok(il) if il < n_layer => {}
-                _ => {
-                    return Err(corrupt(format!(
-                        "tensor '{}' names a layer outside 0..{n_layer}",
-                        t.name
-                    )))
-                }
+                _ => return Err(corrupt(format!("tensor '{}' names a layer outside 0..{n_layer}", t.name))),
             }
         }
     }
@@ -378,13 +313,11 @@ fn check_metadata(g: &Gguf) -> Result<()> {
 
 fn value_fits(v: &Value, expect: Expect) -> bool {
     match (expect, v) {
-        (Expect::Int(lo, hi), Value::Array(a)) => {
-            (0..a.len()).all(|i| a.int_at(i).is_some_and(|x| x >= lo && x <= hi))
-        }
+        (Expect::Int(lo, hi), Value::Array(a)) => (0..a.len()).all(|i| a.int_at(i).is_some_and(|x| x >= lo && x <= hi)),
         (Expect::Int(lo, hi), v) => v.as_i64().is_some_and(|x| x >= lo && x <= hi),
-        (Expect::Float(lo, hi), Value::F32(_) | Value::F64(_)) => v
-            .as_f64()
-            .is_some_and(|x| x.is_finite() && x > lo && x <= hi),
+        (Expect::Float(lo, hi), Value::F32(_) | Value::F64(_)) => {
+            v.as_f64().is_some_and(|x| x.is_finite() && x > lo && x <= hi)
+        }
         (Expect::Str, Value::Str(_)) | (Expect::Bool, Value::Bool(_)) => true,
         (Expect::StrArray, Value::Array(a)) => matches!(a, super::gguf::Array::Str(_)),
         (Expect::NumArray, Value::Array(a)) => a.to_f32_vec().is_some(),

@@ -13,10 +13,6 @@ pub fn call_callback(perl: Perl, cb: Sv, args: &[Sv]) -> Result<Sv, Sv> {
         if !err.0.is_null() {
             return Err(ffi::lugh_sv_mortal(perl.0, err));
         }
-        Ok(if ret.0.is_null() {
-            perl.undef()
-        } else {
-            ffi::lugh_sv_mortal(perl.0, ret)
-        })
+        Ok(if ret.0.is_null() { perl.undef() } else { ffi::lugh_sv_mortal(perl.0, ret) })
     }
 }

@@ -26,18 +26,11 @@ pub fn new_object<T: Send + Sync + 'static>(perl: Perl, class: &str, value: Arc<
 
 /// The object's `Arc<T>` (a new strong reference, so the value stays alive
 /// even if perl code frees the object while we use it, e.g. in a callback).
-pub fn object_arc<T: Send + Sync + 'static>(
-    perl: Perl,
-    sv: Sv,
-    class: &str,
-) -> Result<Arc<T>, Error> {
+pub fn object_arc<T: Send + Sync + 'static>(perl: Perl, sv: Sv, class: &str) -> Result<Arc<T>, Error> {
     // SAFETY: the shim checks the magic's vtable before returning a payload.
     let raw = unsafe { ffi::lugh_object_payload(perl.0, sv) };
     if raw.is_null() {
-        return Err(Error::Argument(format!(
-            "not a {class} object (got {})",
-            perl.describe(sv)
-        )));
+        return Err(Error::Argument(format!("not a {class} object (got {})", perl.describe(sv))));
     }
     // SAFETY: payloads are only ever made by new_object.
     let payload = unsafe { &*(raw as *const Payload) };

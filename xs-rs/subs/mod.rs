@@ -3,6 +3,7 @@ use crate::glue::{self, ffi, Cv, Interp};
 
 mod lugh;
 mod model;
+mod tokenizer;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
 ///
@@ -14,7 +15,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
     std::panic::set_hook(Box::new(|_| {}));
     ffi::lugh_set_free_hook(glue::free_object);
     crate::engine::backend::init_logging();
-    for table in [lugh::SUBS, model::SUBS] {
+    for table in [lugh::SUBS, model::SUBS, tokenizer::SUBS, tokenizer::decoder_subs::SUBS] {
         for &(name, f) in table {
             glue::register(p, name, f);
         }

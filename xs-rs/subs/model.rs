@@ -17,10 +17,7 @@ fn this(args: &Args) -> Result<Arc<Model>, Error> {
 fn path_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
     use std::os::unix::ffi::OsStrExt;
     if !perl.is_defined(sv) || perl.ref_kind(sv) != 0 {
-        return Err(Error::Argument(format!(
-            "model path must be a file name, got {}",
-            perl.describe(sv)
-        )));
+        return Err(Error::Argument(format!("model path must be a file name, got {}", perl.describe(sv))));
     }
     let text = perl.text(sv);
     // Characters above 0xFF can only be meant as UTF-8; otherwise use the bytes.
@@ -59,14 +56,9 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
         Array::F32(v) => v.iter().for_each(|&x| perl.push(av, Item::Float(x as f64))),
         Array::F64(v) => v.iter().for_each(|&x| perl.push(av, Item::Float(x))),
         Array::U64(v) => v.iter().for_each(|&x| perl.push(av, Item::Uint(x))),
-        Array::Bool(v) => v
-            .iter()
-            .for_each(|&b| perl.push(av, Item::Sv(perl.bool(b)))),
-        Array::Array(v) => v
-            .iter()
-            .for_each(|inner| perl.push(av, Item::Sv(array_sv(perl, inner)))),
-        ints => (0..ints.len())
-            .for_each(|i| perl.push(av, Item::Int(ints.int_at(i).unwrap_or_default()))),
+        Array::Bool(v) => v.iter().for_each(|&b| perl.push(av, Item::Sv(perl.bool(b)))),
+        Array::Array(v) => v.iter().for_each(|inner| perl.push(av, Item::Sv(array_sv(perl, inner)))),
+        ints => (0..ints.len()).for_each(|i| perl.push(av, Item::Int(ints.int_at(i).unwrap_or_default()))),
     }
     av
 }
