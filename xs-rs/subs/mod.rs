@@ -1,7 +1,10 @@
 //! The XS subs, one file per perl package.
 use crate::glue::{self, ffi, Cv, Interp};
 
+mod inference;
+mod kv_cache;
 mod lugh;
+mod memory_pool;
 mod model;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
@@ -14,7 +17,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
     std::panic::set_hook(Box::new(|_| {}));
     ffi::lugh_set_free_hook(glue::free_object);
     crate::engine::backend::init_logging();
-    for table in [lugh::SUBS, model::SUBS] {
+    for table in [lugh::SUBS, model::SUBS, inference::SUBS, kv_cache::SUBS, memory_pool::SUBS] {
         for &(name, f) in table {
             glue::register(p, name, f);
         }
