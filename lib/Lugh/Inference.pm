@@ -98,14 +98,15 @@ sub _forward_any {
     my $method = "Lugh::Inference->$name";
     my %opt;
     my @positional = @{ $spec->{positional} };
-    # Leading references (or undef) are positional; a plain string starts the pairs.
-    while (@positional && @args && (ref $args[0] || !defined $args[0])) {
+    my %known = map { $_ => 1 } @{ $spec->{keys} };
+    # Leading references (or undef) are positional, and so is a lone value
+    # that is not an option name; otherwise a string starts the pairs.
+    while (@positional && @args && (ref $args[0] || !defined $args[0] || (@args % 2 && !$known{ $args[0] }))) {
         $opt{ shift @positional } = shift @args;
     }
     Lugh::_croak("$method: expected " . join(', ', map {"\$$_"} @{ $spec->{positional} })
             . ' or name => value pairs') if @args % 2;
     my %named = @args;
-    my %known = map { $_ => 1 } @{ $spec->{keys} };
     for my $key (sort keys %named) {
         Lugh::_croak("$method: unknown option '$key' (valid options: " . join(', ', sort keys %known) . ')')
             unless $known{$key};

@@ -37,7 +37,7 @@ xs_subs! { "Lugh::KVCache";
         args.expect(2, 2, c"self, n");
         let c = this(args)?;
         let perl = args.perl();
-        let n = perl.int_arg(args.get(1), "n")?;
+        let n = perl.int_arg(args.get(1), "size")?;
         if n < 0 {
             return Err(Error::Argument(format!("the new size must be >= 0, got {n}")).into());
         }
