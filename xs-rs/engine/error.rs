@@ -9,7 +9,10 @@ pub enum Error {
     /// A bad argument from the caller (wrong type, missing, out of range).
     Argument(String),
     /// An option name the method does not know.
-    UnknownOption { name: String, known: Vec<&'static str> },
+    UnknownOption {
+        name: String,
+        known: Vec<&'static str>,
+    },
     /// The file cannot be opened or read.
     Io { path: PathBuf, reason: String },
     /// The file does not start with the GGUF magic.
@@ -24,6 +27,16 @@ pub enum Error {
     Backend(String),
     /// ggml refused or failed an operation.
     Ggml(String),
+    /// The model file has no tokenizer vocabulary.
+    NoVocabulary { path: PathBuf },
+    /// A tokenizer model or pre-tokenizer that Lugh does not implement.
+    UnsupportedTokenizer(String),
+    /// A token id outside the vocabulary (`pos`: its index in the input).
+    TokenOutOfRange {
+        pos: Option<usize>,
+        id: i64,
+        n_vocab: usize,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -33,21 +46,43 @@ impl fmt::Display for Error {
         match self {
             Error::Argument(m) => write!(f, "{m}"),
             Error::UnknownOption { name, known } => {
-                write!(f, "unknown option '{name}' (valid options: {})", known.join(", "))
+                write!(
+                    f,
+                    "unknown option '{name}' (valid options: {})",
+                    known.join(", ")
+                )
             }
             Error::Io { path, reason } => write!(f, "cannot read '{}': {reason}", path.display()),
-            Error::NotGguf { path } => write!(f, "'{}' is not a GGUF file (bad magic)", path.display()),
+            Error::NotGguf { path } => {
+                write!(f, "'{}' is not a GGUF file (bad magic)", path.display())
+            }
             Error::UnsupportedVersion { path, version } => write!(
                 f,
                 "'{}' uses GGUF version {version}, which is not supported (versions 2 and 3 are)",
                 path.display()
             ),
             Error::Truncated { path, what } => {
-                write!(f, "'{}' is truncated: the file ends inside {what}", path.display())
+                write!(
+                    f,
+                    "'{}' is truncated: the file ends inside {what}",
+                    path.display()
+                )
             }
             Error::Corrupt { path, what } => write!(f, "'{}' is corrupt: {what}", path.display()),
             Error::Backend(m) => write!(f, "{m}"),
             Error::Ggml(m) => write!(f, "ggml: {m}"),
+            Error::NoVocabulary { path } => {
+                write!(
+                    f,
+                    "'{}' has no tokenizer vocabulary (tokenizer.ggml.tokens is missing)",
+                    path.display()
+                )
+            }
+            Error::UnsupportedTokenizer(m) => write!(f, "{m}"),
+            Error::TokenOutOfRange { pos, id, n_vocab } => {
+                let at = pos.map(|p| format!(" at position {p}")).unwrap_or_default();
+                write!(f, "token id {id}{at} is out of range [0, {n_vocab})")
+            }
         }
     }
 }
