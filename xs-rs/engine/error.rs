@@ -9,7 +9,10 @@ pub enum Error {
     /// A bad argument from the caller (wrong type, missing, out of range).
     Argument(String),
     /// An option name the method does not know.
-    UnknownOption { name: String, known: Vec<&'static str> },
+    UnknownOption {
+        name: String,
+        known: Vec<&'static str>,
+    },
     /// The file cannot be opened or read.
     Io { path: PathBuf, reason: String },
     /// The file does not start with the GGUF magic.
@@ -24,6 +27,21 @@ pub enum Error {
     Backend(String),
     /// ggml refused or failed an operation.
     Ggml(String),
+    /// The model's architecture has no row in engine/arch.rs.
+    UnsupportedArchitecture {
+        name: String,
+        supported: Vec<&'static str>,
+    },
+    /// A tensor the architecture requires is not in the file.
+    MissingTensor {
+        path: PathBuf,
+        name: String,
+        arch: &'static str,
+    },
+    /// A token id outside the vocabulary.
+    TokenOutOfRange { pos: usize, id: i64, n_vocab: usize },
+    /// More tokens than the KV cache has room for.
+    KvOverflow { needed: usize, capacity: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -48,6 +66,21 @@ impl fmt::Display for Error {
             Error::Corrupt { path, what } => write!(f, "'{}' is corrupt: {what}", path.display()),
             Error::Backend(m) => write!(f, "{m}"),
             Error::Ggml(m) => write!(f, "ggml: {m}"),
+            Error::UnsupportedArchitecture { name, supported } => write!(
+                f,
+                "architecture '{name}' is not supported (supported: {})",
+                supported.join(", ")
+            ),
+            Error::MissingTensor { path, name, arch } => {
+                write!(f, "'{}': tensor {name} is missing (architecture {arch})", path.display())
+            }
+            Error::TokenOutOfRange { pos, id, n_vocab } => {
+                write!(f, "token id {id} at position {pos} is out of range [0, {n_vocab})")
+            }
+            Error::KvOverflow { needed, capacity } => write!(
+                f,
+                "the KV cache holds {capacity} positions but {needed} are needed (create the session with a larger n_ctx, or clear/resize the cache)"
+            ),
         }
     }
 }
