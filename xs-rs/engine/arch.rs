@@ -172,9 +172,7 @@ impl HParams {
         if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
             return Err(Error::Corrupt {
                 path: model.path().clone(),
-                what: format!(
-                    "{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"
-                ),
+                what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
             });
         }
         let head_dim_k = int("attention.key_length")
@@ -183,16 +181,13 @@ impl HParams {
         let head_dim_v = int("attention.value_length")
             .map(|v| v as usize)
             .unwrap_or(n_embd / n_head);
-        let n_rot = int("rope.dimension_count")
-            .map(|v| v as usize)
-            .unwrap_or(head_dim_k);
+        let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
         if head_dim_k == 0 || head_dim_v == 0 || n_rot == 0 || n_rot > head_dim_k {
             return Err(missing("attention.key_length"));
         }
         let norm_eps = model
             .norm_eps()
-            .ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))?
-            as f32;
+            .ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))? as f32;
         let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
         // Only linear scaling is supported; llama.cpp never scales when the
         // type is none, and YaRN-family types are refused rather than ignored.
@@ -212,9 +207,7 @@ impl HParams {
             }
         };
         let n_swa = match spec.swa_pattern {
-            Some(_) => int("attention.sliding_window")
-                .filter(|&w| w > 0)
-                .unwrap_or(0) as u32,
+            Some(_) => int("attention.sliding_window").filter(|&w| w > 0).unwrap_or(0) as u32,
             None => 0,
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);

@@ -77,9 +77,7 @@ impl ComputePool {
     pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape) -> Result<()> {
         let galloc = self.allocator()?;
         if !galloc.reserve(worst) {
-            return Err(Error::Ggml(
-                "cannot reserve the compute buffer (out of memory?)".into(),
-            ));
+            return Err(Error::Ggml("cannot reserve the compute buffer (out of memory?)".into()));
         }
         self.note_size();
         let merged = match self.reserved {
@@ -99,9 +97,7 @@ impl ComputePool {
     pub(crate) fn allocate(&mut self, graph: &GraphCtx) -> Result<()> {
         let galloc = self.allocator()?;
         if !galloc.alloc_graph(graph) {
-            return Err(Error::Ggml(
-                "cannot allocate the compute graph (out of memory?)".into(),
-            ));
+            return Err(Error::Ggml("cannot allocate the compute graph (out of memory?)".into()));
         }
         self.note_size();
         Ok(())
@@ -109,8 +105,7 @@ impl ComputePool {
 
     fn allocator(&mut self) -> Result<&mut Gallocr> {
         if self.galloc.is_none() {
-            let g = Gallocr::new(self.buft)
-                .ok_or_else(|| Error::Ggml("cannot create a graph allocator".into()))?;
+            let g = Gallocr::new(self.buft).ok_or_else(|| Error::Ggml("cannot create a graph allocator".into()))?;
             self.galloc = Some(g);
         }
         Ok(self.galloc.as_mut().unwrap())

@@ -9,10 +9,7 @@ pub enum Error {
     /// A bad argument from the caller (wrong type, missing, out of range).
     Argument(String),
     /// An option name the method does not know.
-    UnknownOption {
-        name: String,
-        known: Vec<&'static str>,
-    },
+    UnknownOption { name: String, known: Vec<&'static str> },
     /// The file cannot be opened or read.
     Io { path: PathBuf, reason: String },
     /// The file does not start with the GGUF magic.
@@ -28,10 +25,7 @@ pub enum Error {
     /// ggml refused or failed an operation.
     Ggml(String),
     /// The model's architecture has no row in engine/arch.rs.
-    UnsupportedArchitecture {
-        name: String,
-        supported: Vec<&'static str>,
-    },
+    UnsupportedArchitecture { name: String, supported: Vec<&'static str> },
     /// A tensor the architecture requires is not in the file.
     MissingTensor {
         path: PathBuf,

@@ -29,34 +29,17 @@ extern "C" {
     fn ggml_graph_n_nodes(graph: *mut ggml_cgraph) -> c_int;
 
     fn ggml_new_tensor_1d(ctx: *mut ggml_context, t: c_int, ne0: i64) -> *mut ggml_tensor;
-    fn ggml_new_tensor_2d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64)
+    fn ggml_new_tensor_2d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64) -> *mut ggml_tensor;
+    fn ggml_new_tensor_3d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
+    fn ggml_new_tensor_4d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64, ne2: i64, ne3: i64)
         -> *mut ggml_tensor;
-    fn ggml_new_tensor_3d(
-        ctx: *mut ggml_context,
-        t: c_int,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-    ) -> *mut ggml_tensor;
-    fn ggml_new_tensor_4d(
-        ctx: *mut ggml_context,
-        t: c_int,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        ne3: i64,
-    ) -> *mut ggml_tensor;
     fn ggml_set_name(t: *mut ggml_tensor, name: *const c_char) -> *mut ggml_tensor;
     fn ggml_set_input(t: *mut ggml_tensor);
     fn ggml_set_output(t: *mut ggml_tensor);
     fn ggml_nbytes(t: *const ggml_tensor) -> usize;
     fn ggml_row_size(t: c_int, ne: i64) -> usize;
 
-    fn ggml_get_rows(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    fn ggml_get_rows(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_set_rows(
         ctx: *mut ggml_context,
         a: *mut ggml_tensor,
@@ -64,55 +47,19 @@ extern "C" {
         c: *mut ggml_tensor,
     ) -> *mut ggml_tensor;
     fn ggml_rms_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
-    fn ggml_mul(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
-    fn ggml_add(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    fn ggml_mul(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_add(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
     fn ggml_tanh(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
-    fn ggml_mul_mat(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    fn ggml_mul_mat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_prec_set_acc(a: *mut ggml_tensor, prec: c_int) -> bool;
-    fn ggml_swiglu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
-    fn ggml_geglu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    fn ggml_swiglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_geglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cont(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
-    fn ggml_cont_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-    ) -> *mut ggml_tensor;
+    fn ggml_cont_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
     fn ggml_cast(ctx: *mut ggml_context, a: *mut ggml_tensor, t: c_int) -> *mut ggml_tensor;
-    fn ggml_reshape_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-    ) -> *mut ggml_tensor;
-    fn ggml_reshape_3d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-    ) -> *mut ggml_tensor;
+    fn ggml_reshape_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
+    fn ggml_reshape_3d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
     fn ggml_view_2d(
         ctx: *mut ggml_context,
         a: *mut ggml_tensor,
@@ -189,12 +136,7 @@ extern "C" {
         logit_softcap: f32,
     ) -> *mut ggml_tensor;
     fn ggml_flash_attn_ext_set_n_kv_max(a: *mut ggml_tensor, n_kv_max: i32);
-    fn ggml_concat(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        dim: c_int,
-    ) -> *mut ggml_tensor;
+    fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: c_int) -> *mut ggml_tensor;
 }
 
 /// A tensor of a `GraphCtx` (or of a weights/cache context). A plain handle:
@@ -234,19 +176,12 @@ impl Tensor {
     }
     pub fn name(&self) -> String {
         let name = &self.raw().name;
-        let bytes: Vec<u8> = name
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
+        let bytes: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
     pub fn set_name(&self, name: &str) {
         let mut buf = [0 as c_char; GGML_MAX_NAME];
-        for (dst, &b) in buf
-            .iter_mut()
-            .zip(name.as_bytes().iter().take(GGML_MAX_NAME - 1))
-        {
+        for (dst, &b) in buf.iter_mut().zip(name.as_bytes().iter().take(GGML_MAX_NAME - 1)) {
             *dst = b as c_char;
         }
         // SAFETY: buf is NUL-terminated and shorter than GGML_MAX_NAME.
@@ -458,20 +393,7 @@ impl GraphCtx {
     }
     pub fn view_4d(&self, a: Tensor, ne: [i64; 4], nb: [usize; 3], offset: usize) -> Tensor {
         // SAFETY: see the note above.
-        Tensor(unsafe {
-            ggml_view_4d(
-                self.c(),
-                a.0,
-                ne[0],
-                ne[1],
-                ne[2],
-                ne[3],
-                nb[0],
-                nb[1],
-                nb[2],
-                offset,
-            )
-        })
+        Tensor(unsafe { ggml_view_4d(self.c(), a.0, ne[0], ne[1], ne[2], ne[3], nb[0], nb[1], nb[2], offset) })
     }
     pub fn permute(&self, a: Tensor, axes: [c_int; 4]) -> Tensor {
         // SAFETY: see the note above.
@@ -505,15 +427,7 @@ impl GraphCtx {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_soft_max_ext(self.c(), a.0, mask.0, scale, max_bias) })
     }
-    pub fn flash_attn_ext(
-        &self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor,
-        scale: f32,
-        softcap: f32,
-    ) -> Tensor {
+    pub fn flash_attn_ext(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: f32, softcap: f32) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_flash_attn_ext(self.c(), q.0, k.0, v.0, mask.0, scale, 0.0, softcap) })
     }

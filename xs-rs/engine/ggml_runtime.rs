@@ -19,44 +19,24 @@ const GGML_STATUS_SUCCESS: c_int = 0;
 
 extern "C" {
     fn ggml_backend_dev_backend_reg(dev: ggml_backend_dev_t) -> ggml_backend_reg_t;
-    fn ggml_backend_reg_get_proc_address(
-        reg: ggml_backend_reg_t,
-        name: *const c_char,
-    ) -> *mut c_void;
+    fn ggml_backend_reg_get_proc_address(reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void;
     fn ggml_backend_dev_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
     fn ggml_backend_dev_supports_op(dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool;
     fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char;
-    fn ggml_backend_buft_alloc_buffer(
-        buft: ggml_backend_buffer_type_t,
-        size: usize,
-    ) -> ggml_backend_buffer_t;
+    fn ggml_backend_buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t;
     fn ggml_backend_buffer_free(buf: ggml_backend_buffer_t);
     fn ggml_backend_buffer_get_size(buf: ggml_backend_buffer_t) -> usize;
     fn ggml_backend_buffer_clear(buf: ggml_backend_buffer_t, value: u8);
     fn ggml_backend_buffer_set_usage(buf: ggml_backend_buffer_t, usage: c_int);
     fn ggml_backend_buffer_is_host(buf: ggml_backend_buffer_t) -> bool;
     fn ggml_backend_cpu_buffer_from_ptr(ptr: *mut c_void, size: usize) -> ggml_backend_buffer_t;
-    fn ggml_backend_tensor_alloc(
-        buf: ggml_backend_buffer_t,
-        t: *mut ggml_tensor,
-        addr: *mut c_void,
-    ) -> c_int;
+    fn ggml_backend_tensor_alloc(buf: ggml_backend_buffer_t, t: *mut ggml_tensor, addr: *mut c_void) -> c_int;
     fn ggml_backend_alloc_ctx_tensors_from_buft(
         ctx: *mut ggml_context,
         buft: ggml_backend_buffer_type_t,
     ) -> ggml_backend_buffer_t;
-    fn ggml_backend_tensor_set(
-        t: *mut ggml_tensor,
-        data: *const c_void,
-        offset: usize,
-        size: usize,
-    );
-    fn ggml_backend_tensor_get(
-        t: *const ggml_tensor,
-        data: *mut c_void,
-        offset: usize,
-        size: usize,
-    );
+    fn ggml_backend_tensor_set(t: *mut ggml_tensor, data: *const c_void, offset: usize, size: usize);
+    fn ggml_backend_tensor_get(t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize);
     fn ggml_backend_graph_compute(backend: ggml_backend_t, graph: *mut ggml_cgraph) -> c_int;
     fn ggml_backend_get_default_buffer_type(backend: ggml_backend_t) -> ggml_backend_buffer_type_t;
 
@@ -164,8 +144,7 @@ impl Device {
         // SAFETY: the proc address, when present, has the documented type.
         let set_threads = unsafe {
             let f = ggml_backend_reg_get_proc_address(reg, name.as_ptr());
-            (!f.is_null())
-                .then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
+            (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
         };
         Some(Backend { ptr, set_threads })
     }
@@ -260,9 +239,7 @@ impl Buffer {
     /// Gives `t` the address `addr` inside this (host) buffer.
     pub fn place(&self, t: Tensor, addr: *const u8) -> bool {
         // SAFETY: addr lies inside the buffer (checked by ggml, which reports failure).
-        unsafe {
-            ggml_backend_tensor_alloc(self.ptr, t.0, addr as *mut c_void) == GGML_STATUS_SUCCESS
-        }
+        unsafe { ggml_backend_tensor_alloc(self.ptr, t.0, addr as *mut c_void) == GGML_STATUS_SUCCESS }
     }
 
     pub fn set_weights_usage(&self) {
@@ -303,12 +280,7 @@ pub fn tensor_set<T: Copy>(t: Tensor, data: &[T]) {
 
 /// Copies raw bytes into an allocated tensor (a weight from the file).
 pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
-    assert_eq!(
-        data.len(),
-        t.nbytes(),
-        "tensor_set_bytes: size of {}",
-        t.name()
-    );
+    assert_eq!(data.len(), t.nbytes(), "tensor_set_bytes: size of {}", t.name());
     // SAFETY: the tensor is allocated and exactly data.len() long.
     unsafe { ggml_backend_tensor_set(t.0, data.as_ptr() as *const c_void, 0, data.len()) }
 }
@@ -316,10 +288,7 @@ pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
 /// Reads `out.len()` floats from an allocated f32 tensor starting at element `offset`.
 pub fn tensor_get_f32(t: Tensor, offset: usize, out: &mut [f32]) {
     let bytes = std::mem::size_of_val(out);
-    assert!(
-        offset * 4 + bytes <= t.nbytes(),
-        "tensor_get_f32: out of range"
-    );
+    assert!(offset * 4 + bytes <= t.nbytes(), "tensor_get_f32: out of range");
     // SAFETY: the range lies inside the allocated tensor.
     unsafe { ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, offset * 4, bytes) }
 }

@@ -8,9 +8,7 @@
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
 use super::arch::{Activation, ArchSpec, HParams};
-use super::ggml_ops::{
-    GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64,
-};
+use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
 use super::weights::{AttnWeights, FfnWeights, ModelWeights};
 use super::{Error, Result};
@@ -89,11 +87,7 @@ impl Blueprint<'_> {
         // inputs (llama.cpp's build_inp_embd, build_inp_pos, build_attn_inp_kv, build_inp_out_ids)
         let tokens = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_tokens");
         let pos = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_pos");
-        let mask_type = if self.flash_attn {
-            GGML_TYPE_F16
-        } else {
-            GGML_TYPE_F32
-        };
+        let mask_type = if self.flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
         let has_swa = hp.swa_layers.iter().any(|&s| s);
         let seg_inputs: Vec<SegmentInputs> = segments
             .iter()
@@ -113,14 +107,7 @@ impl Blueprint<'_> {
                     k_idxs: input(&g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
                     v_idxs: input(&g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
                     mask: input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask"),
-                    mask_swa: has_swa.then(|| {
-                        input(
-                            &g,
-                            mask_type,
-                            &[n_kv as i64, n, 1, 1],
-                            "attn_inp_kq_mask_swa",
-                        )
-                    }),
+                    mask_swa: has_swa.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask_swa")),
                     n_kv,
                 }
             })
@@ -151,11 +138,7 @@ impl Blueprint<'_> {
             let ffn_inp = g.add(cur, residual);
             name(
                 ffn_inp,
-                if self.spec.post_norms {
-                    "sa_out"
-                } else {
-                    "ffn_inp"
-                },
+                if self.spec.post_norms { "sa_out" } else { "ffn_inp" },
                 Some(il),
             );
             let cur = b.norm(ffn_inp, Some(layer.ffn_norm), "ffn_norm", Some(il));
@@ -232,11 +215,7 @@ impl Builder<'_, '_> {
             n_dims: hp.n_rot as i32,
             mode: self.bp.spec.rope.ggml_mode(),
             n_ctx_orig: hp.n_ctx_train as i32,
-            freq_base: if swa {
-                hp.rope_freq_base_swa
-            } else {
-                hp.rope_freq_base
-            },
+            freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
             freq_scale: if swa { 1.0 } else { hp.rope_freq_scale },
             ext_factor: 0.0,
             attn_factor: 1.0,
@@ -323,15 +302,7 @@ impl Builder<'_, '_> {
     }
 
     /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
-    fn attn_mha(
-        &self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor,
-        kq_scale: f32,
-        v_trans: bool,
-    ) -> Tensor {
+    fn attn_mha(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32, v_trans: bool) -> Tensor {
         let g = self.g;
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
@@ -425,9 +396,6 @@ mod tests {
 
     #[test]
     fn f16_mask_bits() {
-        assert_eq!(
-            mask_bytes(&[0.0, f32::NEG_INFINITY], true),
-            vec![0, 0, 0x00, 0xFC]
-        );
+        assert_eq!(mask_bytes(&[0.0, f32::NEG_INFINITY], true), vec![0, 0, 0x00, 0xFC]);
     }
 }

@@ -83,19 +83,13 @@ pub fn physical_cores() -> usize {
                 continue;
             }
             let topo = entry.path().join("topology");
-            let read = |f: &str| {
-                std::fs::read_to_string(topo.join(f))
-                    .ok()
-                    .map(|s| s.trim().to_string())
-            };
+            let read = |f: &str| std::fs::read_to_string(topo.join(f)).ok().map(|s| s.trim().to_string());
             if let (Some(core), Some(pkg)) = (read("core_id"), read("physical_package_id")) {
                 cores.insert((pkg, core));
             }
         }
     }
-    let available = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let available = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if cores.is_empty() {
         available
     } else {
@@ -116,23 +110,14 @@ impl Inference {
         let hp = HParams::load(&model, spec)?;
 
         let available = super::backend::available();
-        let list = || {
-            available
-                .iter()
-                .map(|b| b.name.clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = || available.iter().map(|b| b.name.clone()).collect::<Vec<_>>().join(", ");
         let backend_name = match options.backend.as_deref() {
             None | Some("auto") => super::backend::best()
                 .map(|b| b.name)
                 .ok_or_else(|| Error::Backend("no compute backend is available".into()))?,
-            Some(name) => super::backend::find(name).map(|b| b.name).ok_or_else(|| {
-                Error::Backend(format!(
-                    "backend '{name}' is not available (available: {})",
-                    list()
-                ))
-            })?,
+            Some(name) => super::backend::find(name)
+                .map(|b| b.name)
+                .ok_or_else(|| Error::Backend(format!("backend '{name}' is not available (available: {})", list())))?,
         };
         let device = Device::by_backend_name(&backend_name).ok_or_else(|| {
             Error::Backend(format!(
@@ -329,9 +314,7 @@ impl Inference {
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
         if sequences.is_empty() {
-            return Err(Error::Argument(
-                "no sequences given: at least one is needed".into(),
-            ));
+            return Err(Error::Argument("no sequences given: at least one is needed".into()));
         }
         if caches.len() != sequences.len() {
             return Err(Error::Argument(format!(
@@ -369,8 +352,7 @@ impl Inference {
                 break;
             }
             let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
-            let mut segs: Vec<(&mut KvCache, &[i32])> =
-                step.into_iter().map(|(_, c, t)| (c, t)).collect();
+            let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
             let logits = self.run_step(&mut segs, false, pool)?;
             for ((i, n), l) in ids.into_iter().zip(logits) {
                 done[i] += n;
@@ -404,11 +386,7 @@ impl Inference {
                 segs.len()
             },
             n_segments: segs.len(),
-            kv_size: segs
-                .iter()
-                .map(|(c, _)| c.layout().kv_size)
-                .max()
-                .unwrap_or(0),
+            kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
         };
         let segments: Vec<Segment> = segs
             .iter()
@@ -429,9 +407,7 @@ impl Inference {
             let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
             backend.set_n_threads(self.n_threads);
             if !backend.compute(&graph.g) {
-                return Err(Error::Ggml(
-                    "the backend failed to compute the graph".into(),
-                ));
+                return Err(Error::Ggml("the backend failed to compute the graph".into()));
             }
         }
         for (cache, tokens) in segs.iter_mut() {
@@ -485,18 +461,9 @@ fn flash_attn_supported(device: Device, hp: &HParams) -> bool {
         return false;
     };
     let n_kv = super::kv_cache::KV_PAD as i64;
-    let q = ctx.new_tensor(
-        GGML_TYPE_F32,
-        &[hp.head_dim_k as i64, 1, hp.n_head as i64, 1],
-    );
-    let k = ctx.new_tensor(
-        GGML_TYPE_F16,
-        &[hp.head_dim_k as i64, n_kv, hp.n_head_kv as i64, 1],
-    );
-    let v = ctx.new_tensor(
-        GGML_TYPE_F16,
-        &[hp.head_dim_v as i64, n_kv, hp.n_head_kv as i64, 1],
-    );
+    let q = ctx.new_tensor(GGML_TYPE_F32, &[hp.head_dim_k as i64, 1, hp.n_head as i64, 1]);
+    let k = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_k as i64, n_kv, hp.n_head_kv as i64, 1]);
+    let v = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_v as i64, n_kv, hp.n_head_kv as i64, 1]);
     let mask = ctx.new_tensor(GGML_TYPE_F16, &[n_kv, 1, 1, 1]);
     let Some(g) = GraphCtx::new(2) else {
         return false;

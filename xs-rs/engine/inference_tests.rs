@@ -7,26 +7,18 @@ use std::path::PathBuf;
 fn model_dir() -> PathBuf {
     match std::env::var("LUGH_MODEL_DIR") {
         Ok(d) => PathBuf::from(d),
-        Err(_) => {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/lugh/models")
-        }
+        Err(_) => PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/lugh/models"),
     }
 }
 
 fn reference_dir() -> PathBuf {
     match std::env::var("LUGH_REFERENCE_DIR") {
         Ok(d) => PathBuf::from(d),
-        Err(_) => {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/llamacpp-b11434")
-        }
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/llamacpp-b11434"),
     }
 }
 
-const MODELS: &[&str] = &[
-    "smollm2-135m-q4_1",
-    "qwen2.5-coder-0.5b-q4_k_m",
-    "gemma3-270m-q4_k_m",
-];
+const MODELS: &[&str] = &["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"];
 
 fn open(name: &str) -> Option<Arc<Model>> {
     let path = model_dir().join(format!("{name}.gguf"));
@@ -41,11 +33,7 @@ fn session(model: &Arc<Model>, flash: bool, n_ctx: usize) -> Inference {
     let opts = InferenceOptions {
         n_threads: Some(2),
         n_ctx: Some(n_ctx),
-        flash_attn: Some(if flash {
-            FlashAttn::Enabled
-        } else {
-            FlashAttn::Disabled
-        }),
+        flash_attn: Some(if flash { FlashAttn::Enabled } else { FlashAttn::Disabled }),
         ..Default::default()
     };
     Inference::new(Arc::clone(model), opts).expect("session")
@@ -100,15 +88,9 @@ fn read_cases(model: &str, fa: &str) -> Vec<Case> {
             let prompt_end = l.find("\",\"tokens\"").unwrap_or(11);
             Case {
                 prompt: l[11.min(prompt_end)..prompt_end].to_string(),
-                tokens: numbers_after(l, "tokens")
-                    .into_iter()
-                    .map(|x| x as i32)
-                    .collect(),
+                tokens: numbers_after(l, "tokens").into_iter().map(|x| x as i32).collect(),
                 top: top.chunks(2).map(|p| (p[0] as i32, p[1] as f32)).collect(),
-                greedy: numbers_after(l, "greedy")
-                    .into_iter()
-                    .map(|x| x as i32)
-                    .collect(),
+                greedy: numbers_after(l, "greedy").into_iter().map(|x| x as i32).collect(),
             }
         })
         .collect()
@@ -125,10 +107,7 @@ fn argmax(v: &[f32]) -> i32 {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// Every reference case of one model and flash-attention setting: top-20
@@ -168,10 +147,7 @@ fn parity(model_name: &str, flash: bool) {
             if next != want || i + 1 == case.greedy.len() {
                 break;
             }
-            let l = inf
-                .forward(&mut cache, &[next], Output::Last, None)
-                .unwrap()
-                .remove(0);
+            let l = inf.forward(&mut cache, &[next], Output::Last, None).unwrap().remove(0);
             next = argmax(&l);
         }
         if got == case.greedy {
@@ -187,11 +163,7 @@ fn parity(model_name: &str, flash: bool) {
         "parity {model_name} fa-{fa}: max |logit diff| over top-20 = {worst:.5}; greedy identical {greedy_ok}/{}",
         cases.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{model_name} fa-{fa}:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{model_name} fa-{fa}:\n{}", failures.join("\n"));
 }
 
 #[test]
@@ -219,9 +191,7 @@ fn parity_gemma3_fa_off() {
     parity(MODELS[2], false);
 }
 
-const SENTENCE: &[i32] = &[
-    504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 1797, 1918, 553, 253,
-];
+const SENTENCE: &[i32] = &[504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 1797, 1918, 553, 253];
 
 /// Cache fed token by token gives the logits of one forward over everything.
 #[test]
@@ -231,16 +201,11 @@ fn cache_token_by_token_equals_full_forward() {
         let inf = session(&model, true, 256);
         let toks: Vec<i32> = SENTENCE.iter().map(|&t| t % inf.n_vocab() as i32).collect();
         let mut full_cache = inf.new_cache().unwrap();
-        let full = inf
-            .forward(&mut full_cache, &toks, Output::All, None)
-            .unwrap();
+        let full = inf.forward(&mut full_cache, &toks, Output::All, None).unwrap();
         let mut cache = inf.new_cache().unwrap();
         let mut worst = 0f32;
         for (i, &t) in toks.iter().enumerate() {
-            let l = inf
-                .forward(&mut cache, &[t], Output::Last, None)
-                .unwrap()
-                .remove(0);
+            let l = inf.forward(&mut cache, &[t], Output::Last, None).unwrap().remove(0);
             worst = worst.max(max_diff(&l, &full[i]));
         }
         eprintln!("{name}: cache token by token vs full forward: max diff {worst:.5}");
@@ -267,10 +232,7 @@ fn batch_equals_separate_forwards() {
             let mut worst = 0f32;
             for (s, b) in seqs.iter().zip(&batched) {
                 let mut c = inf.new_cache().unwrap();
-                let single = inf
-                    .forward(&mut c, s, Output::Last, None)
-                    .unwrap()
-                    .remove(0);
+                let single = inf.forward(&mut c, s, Output::Last, None).unwrap().remove(0);
                 worst = worst.max(max_diff(b, &single));
             }
             // a second step: one more token each, through the same caches
@@ -280,10 +242,7 @@ fn batch_equals_separate_forwards() {
                 let mut c = inf.new_cache().unwrap();
                 let mut all = s.clone();
                 all.extend(x);
-                let single = inf
-                    .forward(&mut c, &all, Output::Last, None)
-                    .unwrap()
-                    .remove(0);
+                let single = inf.forward(&mut c, &all, Output::Last, None).unwrap().remove(0);
                 worst = worst.max(max_diff(b, &single));
             }
             eprintln!("{name} flash {flash}: batch vs separate max diff {worst:.5}");
@@ -333,24 +292,11 @@ fn overflow_is_refused_before_computing() {
     let Some(model) = open(MODELS[0]) else { return };
     let inf = session(&model, true, 8);
     let mut cache = inf.new_cache().unwrap();
-    inf.forward(&mut cache, &SENTENCE[..6], Output::Last, None)
-        .unwrap();
-    let err = inf
-        .forward(&mut cache, &SENTENCE[..3], Output::Last, None)
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::KvOverflow {
-                needed: 9,
-                capacity: 8
-            }
-        ),
-        "{err}"
-    );
+    inf.forward(&mut cache, &SENTENCE[..6], Output::Last, None).unwrap();
+    let err = inf.forward(&mut cache, &SENTENCE[..3], Output::Last, None).unwrap_err();
+    assert!(matches!(err, Error::KvOverflow { needed: 9, capacity: 8 }), "{err}");
     assert_eq!(cache.n_cached(), 6, "nothing was appended");
-    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, None)
-        .unwrap();
+    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, None).unwrap();
     assert_eq!(cache.n_cached(), 8);
     cache.resize(4).unwrap();
     assert_eq!(cache.n_cached(), 4);
@@ -364,9 +310,7 @@ fn bad_tokens_are_refused() {
     let Some(model) = open(MODELS[0]) else { return };
     let inf = session(&model, true, 64);
     let mut cache = inf.new_cache().unwrap();
-    let err = inf
-        .forward(&mut cache, &[1, 2, 49152], Output::Last, None)
-        .unwrap_err();
+    let err = inf.forward(&mut cache, &[1, 2, 49152], Output::Last, None).unwrap_err();
     assert!(
         matches!(
             err,
@@ -379,9 +323,7 @@ fn bad_tokens_are_refused() {
         "{err}"
     );
     assert!(err.to_string().contains("[0, 49152)"));
-    let err = inf
-        .forward(&mut cache, &[-1], Output::Last, None)
-        .unwrap_err();
+    let err = inf.forward(&mut cache, &[-1], Output::Last, None).unwrap_err();
     assert!(matches!(err, Error::TokenOutOfRange { pos: 0, id: -1, .. }));
     assert!(inf.forward(&mut cache, &[], Output::Last, None).is_err());
     let err = inf
@@ -430,9 +372,7 @@ fn forward_all_has_one_row_per_token_and_chunks_agree() {
     let small_batches = Inference::new(Arc::clone(&model), opts).unwrap();
     let inf = session(&model, true, 64);
     let mut c1 = small_batches.new_cache().unwrap();
-    let a = small_batches
-        .forward(&mut c1, SENTENCE, Output::All, None)
-        .unwrap();
+    let a = small_batches.forward(&mut c1, SENTENCE, Output::All, None).unwrap();
     assert_eq!(a.len(), SENTENCE.len());
     let mut c2 = inf.new_cache().unwrap();
     let b = inf.forward(&mut c2, SENTENCE, Output::Last, None).unwrap();

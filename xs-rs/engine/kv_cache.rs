@@ -40,20 +40,14 @@ pub struct KvCache {
 
 impl KvCache {
     pub(crate) fn new(layout: CacheLayout, n_ctx: usize, buft: BufferType) -> Result<KvCache> {
-        let ctx = Ctx::new(2 * layout.n_layer, 0)
-            .ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
+        let ctx =
+            Ctx::new(2 * layout.n_layer, 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
         let mut k = Vec::with_capacity(layout.n_layer);
         let mut v = Vec::with_capacity(layout.n_layer);
         for il in 0..layout.n_layer {
-            let kt = ctx.new_tensor(
-                GGML_TYPE_F16,
-                &[layout.n_embd_k_gqa as i64, layout.kv_size as i64],
-            );
+            let kt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
             kt.set_name(&format!("cache_k_l{il}"));
-            let vt = ctx.new_tensor(
-                GGML_TYPE_F16,
-                &[layout.n_embd_v_gqa as i64, layout.kv_size as i64],
-            );
+            let vt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
             vt.set_name(&format!("cache_v_l{il}"));
             k.push(kt);
             v.push(vt);
@@ -124,16 +118,12 @@ impl KvCache {
     /// `get_n_kv`, all used cells padded to 256, at most the cache size.
     pub fn n_kv(&self, n_new: usize) -> usize {
         let used = self.n_cached + n_new;
-        self.layout
-            .kv_size
-            .min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
+        self.layout.kv_size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
     }
 
     /// The cell indices the new tokens go to (llama.cpp's k_idxs).
     pub fn k_idxs(&self, n_new: usize) -> Vec<i64> {
-        (self.n_cached..self.n_cached + n_new)
-            .map(|c| c as i64)
-            .collect()
+        (self.n_cached..self.n_cached + n_new).map(|c| c as i64).collect()
     }
 
     /// The element indices for the V rows: one per token, or with V

@@ -79,9 +79,7 @@ impl TensorKind {
         match (self, suffix) {
             (_, "bias") => WeightOp::Elementwise,
             (TokenEmbd, _) => WeightOp::GetRows,
-            (Output | AttnQ | AttnK | AttnV | AttnOut | FfnGate | FfnUp | FfnDown, _) => {
-                WeightOp::MulMat
-            }
+            (Output | AttnQ | AttnK | AttnV | AttnOut | FfnGate | FfnUp | FfnDown, _) => WeightOp::MulMat,
             _ => WeightOp::Elementwise,
         }
     }
@@ -187,12 +185,7 @@ impl<'a> Loader<'a> {
             return Ok(None);
         };
         let have = info.ne();
-        let expect: Vec<i64> = ne
-            .iter()
-            .copied()
-            .chain(std::iter::repeat(1))
-            .take(4)
-            .collect();
+        let expect: Vec<i64> = ne.iter().copied().chain(std::iter::repeat(1)).take(4).collect();
         if have[..] != expect[..] || sys::type_traits(info.ggml_type).is_none() {
             return Err(Error::Corrupt {
                 path: self.model.path().clone(),
@@ -247,20 +240,13 @@ impl<'a> Loader<'a> {
     }
 
     fn tensor(&self, idx: usize) -> Tensor {
-        self.pending[idx]
-            .tensor
-            .expect("weights created before use")
+        self.pending[idx].tensor.expect("weights created before use")
     }
 }
 
 impl ModelWeights {
     /// Loads every weight the architecture needs onto `device`.
-    pub fn load(
-        model: &Arc<Model>,
-        spec: &'static ArchSpec,
-        hp: &HParams,
-        device: Device,
-    ) -> Result<ModelWeights> {
+    pub fn load(model: &Arc<Model>, spec: &'static ArchSpec, hp: &HParams, device: Device) -> Result<ModelWeights> {
         let mut bufts = if device.is_cpu() {
             device.extra_buffer_types()
         } else {
@@ -281,12 +267,8 @@ impl ModelWeights {
         let v_dim = hp.n_embd_v_gqa() as i64;
         let o_dim = (hp.n_head * hp.head_dim_v) as i64;
         use TensorKind::*;
-        let tok_embd = ld
-            .want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?
-            .unwrap();
-        let output_norm = ld
-            .want(OutputNorm, None, "weight", true, &[n_embd])?
-            .unwrap();
+        let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
+        let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
         let output = match ld.want(Output, None, "weight", false, &[n_embd, n_vocab])? {
             Some(i) => i,
             None => ld
@@ -325,18 +307,10 @@ impl ModelWeights {
             let hd = hp.head_dim_k as i64;
             layer_idx.push(LayerIdx {
                 attn_norm: ld.want(AttnNorm, l, "weight", true, &[n_embd])?.unwrap(),
-                q: ld
-                    .want(AttnQ, l, "weight", true, &[n_embd, q_dim])?
-                    .unwrap(),
-                k: ld
-                    .want(AttnK, l, "weight", true, &[n_embd, k_dim])?
-                    .unwrap(),
-                v: ld
-                    .want(AttnV, l, "weight", true, &[n_embd, v_dim])?
-                    .unwrap(),
-                o: ld
-                    .want(AttnOut, l, "weight", true, &[o_dim, n_embd])?
-                    .unwrap(),
+                q: ld.want(AttnQ, l, "weight", true, &[n_embd, q_dim])?.unwrap(),
+                k: ld.want(AttnK, l, "weight", true, &[n_embd, k_dim])?.unwrap(),
+                v: ld.want(AttnV, l, "weight", true, &[n_embd, v_dim])?.unwrap(),
+                o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
                 bias,
                 q_norm: if spec.qk_norm {
                     ld.want(AttnQNorm, l, "weight", true, &[hd])?
@@ -354,13 +328,9 @@ impl ModelWeights {
                     None
                 },
                 ffn_norm: ld.want(FfnNorm, l, "weight", true, &[n_embd])?.unwrap(),
-                gate: ld
-                    .want(FfnGate, l, "weight", true, &[n_embd, n_ff])?
-                    .unwrap(),
+                gate: ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
                 up: ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
-                down: ld
-                    .want(FfnDown, l, "weight", true, &[n_ff, n_embd])?
-                    .unwrap(),
+                down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
                 ffn_post_norm: if spec.post_norms {
                     ld.want(FfnPostNorm, l, "weight", true, &[n_embd])?
                 } else {
@@ -424,38 +394,28 @@ fn place(ld: &mut Loader) -> Result<Placed> {
     let mut buffers = Vec::new();
     let mut placement = Vec::new();
     for b in 0..ld.bufts.len() {
-        let members: Vec<usize> = (0..ld.pending.len())
-            .filter(|&i| ld.pending[i].buft == b)
-            .collect();
+        let members: Vec<usize> = (0..ld.pending.len()).filter(|&i| ld.pending[i].buft == b).collect();
         if members.is_empty() {
             continue;
         }
-        let ctx = Ctx::new(members.len(), 0)
-            .ok_or_else(|| ggml_err("cannot create a weights context".into()))?;
+        let ctx = Ctx::new(members.len(), 0).ok_or_else(|| ggml_err("cannot create a weights context".into()))?;
         for &i in &members {
             let info = &ld.pending[i].info;
             let t = ctx.new_tensor(info.ggml_type as i32, &info.ne());
             t.set_name(&info.name);
             ld.pending[i].tensor = Some(t);
         }
-        let mapping = ld
-            .model
-            .mapping()
-            .filter(|_| b == default && ld.device.is_cpu());
+        let mapping = ld.model.mapping().filter(|_| b == default && ld.device.is_cpu());
         let buffer = if let Some(map) = mapping {
             // SAFETY: the mapping belongs to the model, which ModelWeights keeps
             // alive (Arc) until after this buffer is freed.
-            let buf = unsafe { Buffer::from_host(map.as_ptr(), map.len()) }.ok_or_else(|| {
-                ggml_err("cannot wrap the model's mapping in a CPU buffer".into())
-            })?;
+            let buf = unsafe { Buffer::from_host(map.as_ptr(), map.len()) }
+                .ok_or_else(|| ggml_err("cannot wrap the model's mapping in a CPU buffer".into()))?;
             for &i in &members {
                 let p = &ld.pending[i];
                 let data = ld.model.mapped_data(&p.info).expect("mapped model");
                 if !buf.place(p.tensor.unwrap(), data.as_ptr()) {
-                    return Err(ggml_err(format!(
-                        "cannot place tensor {} in the mapping",
-                        p.info.name
-                    )));
+                    return Err(ggml_err(format!("cannot place tensor {} in the mapping", p.info.name)));
                 }
             }
             buf
