@@ -17,15 +17,31 @@ pub struct BackendInfo {
 pub fn init_logging() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let debug = std::env::var("LUGH_DEBUG").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
+        let debug = std::env::var("LUGH_DEBUG")
+            .map(|v| !v.is_empty() && v != "0")
+            .unwrap_or(false);
         // SAFETY: both callbacks are valid for the life of the process.
-        unsafe { sys::ggml_log_set(Some(if debug { log_to_stderr } else { log_discard }), std::ptr::null_mut()) }
+        unsafe {
+            sys::ggml_log_set(
+                Some(if debug { log_to_stderr } else { log_discard }),
+                std::ptr::null_mut(),
+            )
+        }
     });
 }
 
-unsafe extern "C" fn log_discard(_level: std::ffi::c_int, _text: *const std::ffi::c_char, _user: *mut std::ffi::c_void) {}
+unsafe extern "C" fn log_discard(
+    _level: std::ffi::c_int,
+    _text: *const std::ffi::c_char,
+    _user: *mut std::ffi::c_void,
+) {
+}
 
-unsafe extern "C" fn log_to_stderr(_level: std::ffi::c_int, text: *const std::ffi::c_char, _user: *mut std::ffi::c_void) {
+unsafe extern "C" fn log_to_stderr(
+    _level: std::ffi::c_int,
+    text: *const std::ffi::c_char,
+    _user: *mut std::ffi::c_void,
+) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(sys::c_str(text).as_bytes());
 }
@@ -57,7 +73,8 @@ pub fn available() -> Vec<BackendInfo> {
             Some(BackendInfo {
                 name: sys::c_str(sys::ggml_backend_reg_name(reg)),
                 kind: kind_name(t),
-                is_gpu: t == sys::GGML_BACKEND_DEVICE_TYPE_GPU || t == sys::GGML_BACKEND_DEVICE_TYPE_IGPU,
+                is_gpu: t == sys::GGML_BACKEND_DEVICE_TYPE_GPU
+                    || t == sys::GGML_BACKEND_DEVICE_TYPE_IGPU,
                 device_count,
                 description: sys::c_str(sys::ggml_backend_dev_description(dev)),
             })
@@ -67,13 +84,19 @@ pub fn available() -> Vec<BackendInfo> {
 
 /// The backend called `name` (case-insensitive), if available.
 pub fn find(name: &str) -> Option<BackendInfo> {
-    available().into_iter().find(|b| b.name.eq_ignore_ascii_case(name))
+    available()
+        .into_iter()
+        .find(|b| b.name.eq_ignore_ascii_case(name))
 }
 
 /// The best available backend: a GPU if there is one, else the CPU.
 pub fn best() -> Option<BackendInfo> {
     let all = available();
-    all.iter().find(|b| b.is_gpu).or_else(|| all.iter().find(|b| b.kind == "ACCEL")).or(all.first()).cloned()
+    all.iter()
+        .find(|b| b.is_gpu)
+        .or_else(|| all.iter().find(|b| b.kind == "ACCEL"))
+        .or(all.first())
+        .cloned()
 }
 
 #[cfg(test)]
@@ -81,7 +104,9 @@ mod tests {
     #[test]
     fn cpu_is_available() {
         let all = super::available();
-        assert!(all.iter().any(|b| b.name == "CPU" && b.kind == "CPU" && !b.is_gpu));
+        assert!(all
+            .iter()
+            .any(|b| b.name == "CPU" && b.kind == "CPU" && !b.is_gpu));
         assert_eq!(super::best().map(|b| b.name), Some("CPU".into()));
     }
 }

@@ -54,7 +54,8 @@ pub type ggml_backend_reg_t = *mut c_void;
 pub type ggml_backend_dev_t = *mut c_void;
 pub type ggml_backend_buffer_t = *mut c_void;
 pub type ggml_backend_buffer_type_t = *mut c_void;
-pub type ggml_log_callback = unsafe extern "C" fn(level: c_int, text: *const c_char, user_data: *mut c_void);
+pub type ggml_log_callback =
+    unsafe extern "C" fn(level: c_int, text: *const c_char, user_data: *mut c_void);
 
 pub const GGML_BACKEND_DEVICE_TYPE_CPU: c_int = 0;
 pub const GGML_BACKEND_DEVICE_TYPE_GPU: c_int = 1;
@@ -88,7 +89,9 @@ pub fn c_str(ptr: *const c_char) -> String {
         return String::new();
     }
     // SAFETY: ggml returns NUL-terminated static or long-lived strings.
-    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Block layout of one ggml type.
@@ -114,5 +117,9 @@ pub fn type_traits(type_id: u32) -> Option<TypeTraits> {
     }
     // SAFETY: names are static strings in ggml's trait table.
     let name = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
-    Some(TypeTraits { name, block_size: block as u64, type_size: size as u64 })
+    Some(TypeTraits {
+        name,
+        block_size: block as u64,
+        type_size: size as u64,
+    })
 }

@@ -166,7 +166,9 @@ impl Array {
         Some(match self {
             Array::F32(v) => v.clone(),
             Array::F64(v) => v.iter().map(|&x| x as f32).collect(),
-            _ => (0..self.len()).map(|i| self.int_at(i).map(|x| x as f32)).collect::<Option<Vec<_>>>()?,
+            _ => (0..self.len())
+                .map(|i| self.int_at(i).map(|x| x as f32))
+                .collect::<Option<Vec<_>>>()?,
         })
     }
 
@@ -303,11 +305,17 @@ pub struct Gguf {
 impl Gguf {
     /// Reads and checks the header of the GGUF file at `path`.
     pub fn open(path: &Path) -> Result<Gguf> {
-        let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+        let io_err = |e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
         let file = File::open(path).map_err(io_err)?;
         let meta = file.metadata().map_err(io_err)?;
         if meta.is_dir() {
-            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                reason: "it is a directory".into(),
+            });
         }
         Self::parse(path, BufReader::with_capacity(1 << 20, file), meta.len())
     }
@@ -318,18 +326,31 @@ impl Gguf {
     }
 
     fn parse<R: Read>(path: &Path, source: R, file_size: u64) -> Result<Gguf> {
-        let mut r = Reader { source, pos: 0, file_size, path };
+        let mut r = Reader {
+            source,
+            pos: 0,
+            file_size,
+            path,
+        };
         let mut magic = [0u8; 4];
-        r.bytes_into(&mut magic, "the magic number").map_err(|e| match e {
-            Error::Truncated { .. } => Error::NotGguf { path: path.to_path_buf() },
-            e => e,
-        })?;
+        r.bytes_into(&mut magic, "the magic number")
+            .map_err(|e| match e {
+                Error::Truncated { .. } => Error::NotGguf {
+                    path: path.to_path_buf(),
+                },
+                e => e,
+            })?;
         if &magic != MAGIC {
-            return Err(Error::NotGguf { path: path.to_path_buf() });
+            return Err(Error::NotGguf {
+                path: path.to_path_buf(),
+            });
         }
         let version = r.u32("the version")?;
         if version != 2 && version != 3 {
-            return Err(Error::UnsupportedVersion { path: path.to_path_buf(), version });
+            return Err(Error::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version,
+            });
         }
         let n_tensors = r.u64("the tensor count")?;
         let n_kv = r.u64("the key/value count")?;
@@ -345,8 +366,9 @@ impl Gguf {
                 return Err(r.corrupt(format!("key/value #{i} has an empty name")));
             }
             let type_id = r.u32(&format!("the type of key '{key}'"))?;
-            let vtype = ValueType::from_id(type_id)
-                .ok_or_else(|| r.corrupt(format!("key '{key}' has unknown value type {type_id}")))?;
+            let vtype = ValueType::from_id(type_id).ok_or_else(|| {
+                r.corrupt(format!("key '{key}' has unknown value type {type_id}"))
+            })?;
             let value = r.value(vtype, &key, 0)?;
             if kv_index.insert(key.clone(), kv.len()).is_some() {
                 return Err(r.corrupt(format!("key '{key}' appears twice")));
@@ -357,7 +379,11 @@ impl Gguf {
         let alignment = match kv_index.get("general.alignment").map(|&i| &kv[i].1) {
             None => DEFAULT_ALIGNMENT,
             Some(Value::U32(a)) if *a > 0 && a.is_power_of_two() => *a as u64,
-            Some(v) => return Err(r.corrupt(format!("general.alignment is {v:?}, not a power of two (uint32)"))),
+            Some(v) => {
+                return Err(r.corrupt(format!(
+                    "general.alignment is {v:?}, not a power of two (uint32)"
+                )))
+            }
         };
 
         let mut tensors = Vec::with_capacity(n_tensors as usize);
@@ -382,7 +408,12 @@ impl Gguf {
                     t.name, t.offset
                 )));
             }
-            let end = t.offset.checked_add(t.size).ok_or_else(|| r.corrupt(format!("tensor '{}' has offset {} out of range", t.name, t.offset)))?;
+            let end = t.offset.checked_add(t.size).ok_or_else(|| {
+                r.corrupt(format!(
+                    "tensor '{}' has offset {} out of range",
+                    t.name, t.offset
+                ))
+            })?;
             if end > data_size {
                 return Err(r.truncated(format!(
                     "the data of tensor '{}' (bytes {}..{} of the data section, which has {data_size})",
@@ -395,7 +426,10 @@ impl Gguf {
         by_offset.sort_by_key(|t| t.offset);
         for pair in by_offset.windows(2) {
             if pair[0].offset + pair[0].size > pair[1].offset {
-                return Err(r.corrupt(format!("the data of tensors '{}' and '{}' overlap", pair[0].name, pair[1].name)));
+                return Err(r.corrupt(format!(
+                    "the data of tensors '{}' and '{}' overlap",
+                    pair[0].name, pair[1].name
+                )));
             }
         }
 
@@ -470,11 +504,17 @@ struct Reader<'a, R: Read> {
 
 impl<R: Read> Reader<'_, R> {
     fn truncated(&self, what: String) -> Error {
-        Error::Truncated { path: self.path.to_path_buf(), what }
+        Error::Truncated {
+            path: self.path.to_path_buf(),
+            what,
+        }
     }
 
     fn corrupt(&self, what: String) -> Error {
-        Error::Corrupt { path: self.path.to_path_buf(), what: format!("{what} (at byte {})", self.pos) }
+        Error::Corrupt {
+            path: self.path.to_path_buf(),
+            what: format!("{what} (at byte {})", self.pos),
+        }
     }
 
     fn remaining(&self) -> u64 {
@@ -498,7 +538,10 @@ impl<R: Read> Reader<'_, R> {
         }
         self.source.read_exact(buf).map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => self.truncated(what.to_string()),
-            _ => Error::Io { path: self.path.to_path_buf(), reason: e.to_string() },
+            _ => Error::Io {
+                path: self.path.to_path_buf(),
+                reason: e.to_string(),
+            },
         })?;
         self.pos += buf.len() as u64;
         Ok(())
@@ -521,7 +564,10 @@ impl<R: Read> Reader<'_, R> {
     fn string_bytes(&mut self, what: &str, max_len: u64) -> Result<Vec<u8>> {
         let len = self.u64(what)?;
         if len > self.remaining() {
-            return Err(self.truncated(format!("{what} ({len} bytes announced, {} left)", self.remaining())));
+            return Err(self.truncated(format!(
+                "{what} ({len} bytes announced, {} left)",
+                self.remaining()
+            )));
         }
         if len > max_len {
             return Err(self.corrupt(format!("{what} has an implausible length {len}")));
@@ -573,8 +619,9 @@ impl<R: Read> Reader<'_, R> {
         }
         let what = format!("the array of key '{key}'");
         let type_id = self.u32(&what)?;
-        let etype = ValueType::from_id(type_id)
-            .ok_or_else(|| self.corrupt(format!("key '{key}' is an array of unknown type {type_id}")))?;
+        let etype = ValueType::from_id(type_id).ok_or_else(|| {
+            self.corrupt(format!("key '{key}' is an array of unknown type {type_id}"))
+        })?;
         let n = self.u64(&what)?;
         self.check_room(n, etype.min_size(), &what)?;
         let n = n as usize;
@@ -583,7 +630,11 @@ impl<R: Read> Reader<'_, R> {
                 const W: usize = std::mem::size_of::<$t>();
                 let mut raw = vec![0u8; n * W];
                 self.bytes_into(&mut raw, &what)?;
-                Array::$variant(raw.chunks_exact(W).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect())
+                Array::$variant(
+                    raw.chunks_exact(W)
+                        .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
+                )
             }};
         }
         Ok(match etype {
@@ -624,12 +675,17 @@ impl<R: Read> Reader<'_, R> {
     fn tensor_info(&mut self, i: u64) -> Result<TensorInfo> {
         let name = self.name(&format!("the name of tensor #{i}"))?;
         if name.is_empty() || name.len() >= sys::GGML_MAX_NAME {
-            return Err(self.corrupt(format!("tensor #{i} has a name of {} bytes (1..63 allowed)", name.len())));
+            return Err(self.corrupt(format!(
+                "tensor #{i} has a name of {} bytes (1..63 allowed)",
+                name.len()
+            )));
         }
         let what = format!("the descriptor of tensor '{name}'");
         let n_dims = self.u32(&what)? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(self.corrupt(format!("tensor '{name}' has {n_dims} dimensions (1..4 allowed)")));
+            return Err(self.corrupt(format!(
+                "tensor '{name}' has {n_dims} dimensions (1..4 allowed)"
+            )));
         }
         let mut shape = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
@@ -637,8 +693,9 @@ impl<R: Read> Reader<'_, R> {
         }
         let ggml_type = self.u32(&what)?;
         let offset = self.u64(&what)?;
-        let traits = sys::type_traits(ggml_type)
-            .ok_or_else(|| self.corrupt(format!("tensor '{name}' has unknown ggml type {ggml_type}")))?;
+        let traits = sys::type_traits(ggml_type).ok_or_else(|| {
+            self.corrupt(format!("tensor '{name}' has unknown ggml type {ggml_type}"))
+        })?;
         let mut n_elements: u64 = 1;
         for &d in &shape {
             if d == 0 || d > i64::MAX as u64 {
@@ -647,7 +704,9 @@ impl<R: Read> Reader<'_, R> {
             n_elements = n_elements
                 .checked_mul(d)
                 .filter(|&n| n <= i64::MAX as u64)
-                .ok_or_else(|| self.corrupt(format!("tensor '{name}' has too many elements ({shape:?})")))?;
+                .ok_or_else(|| {
+                    self.corrupt(format!("tensor '{name}' has too many elements ({shape:?})"))
+                })?;
         }
         if shape[0] % traits.block_size != 0 {
             return Err(self.corrupt(format!(
@@ -658,7 +717,13 @@ impl<R: Read> Reader<'_, R> {
         let size = (n_elements / traits.block_size)
             .checked_mul(traits.type_size)
             .ok_or_else(|| self.corrupt(format!("tensor '{name}' is too large")))?;
-        Ok(TensorInfo { name, ggml_type, shape, offset, size })
+        Ok(TensorInfo {
+            name,
+            ggml_type,
+            shape,
+            offset,
+            size,
+        })
     }
 }
 
@@ -720,8 +785,14 @@ mod tests {
     fn reads_sample() {
         let g = Gguf::parse_bytes(Path::new("x.gguf"), &sample()).unwrap();
         assert_eq!(g.architecture(), Some("llama"));
-        assert_eq!(g.arch_value("block_count").and_then(Value::as_i64), Some(30));
-        assert_eq!(g.get_str_array("tokenizer.ggml.tokens").unwrap(), ["a", "bc"]);
+        assert_eq!(
+            g.arch_value("block_count").and_then(Value::as_i64),
+            Some(30)
+        );
+        assert_eq!(
+            g.get_str_array("tokenizer.ggml.tokens").unwrap(),
+            ["a", "bc"]
+        );
         let t = g.tensor("t.weight").unwrap();
         assert_eq!((t.size, t.shape.clone()), (32, vec![8]));
     }
@@ -730,7 +801,10 @@ mod tests {
     fn every_truncation_is_an_error() {
         let bytes = sample();
         for cut in 0..bytes.len() {
-            assert!(Gguf::parse_bytes(Path::new("x.gguf"), &bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Gguf::parse_bytes(Path::new("x.gguf"), &bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 
@@ -750,9 +824,15 @@ mod tests {
     fn rejects_bad_magic_and_version() {
         let mut b = sample();
         b[0] = b'X';
-        assert!(matches!(Gguf::parse_bytes(Path::new("x"), &b), Err(Error::NotGguf { .. })));
+        assert!(matches!(
+            Gguf::parse_bytes(Path::new("x"), &b),
+            Err(Error::NotGguf { .. })
+        ));
         let mut b = sample();
         b[4] = 1;
-        assert!(matches!(Gguf::parse_bytes(Path::new("x"), &b), Err(Error::UnsupportedVersion { version: 1, .. })));
+        assert!(matches!(
+            Gguf::parse_bytes(Path::new("x"), &b),
+            Err(Error::UnsupportedVersion { version: 1, .. })
+        ));
     }
 }

@@ -25,19 +25,31 @@ impl Model {
     /// used in place, without a second copy.
     pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
         super::backend::init_logging();
-        let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+        let io_err = |e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
         if !use_mmap {
-            return Ok(Model { gguf: Gguf::open(path)?, mmap: None });
+            return Ok(Model {
+                gguf: Gguf::open(path)?,
+                mmap: None,
+            });
         }
         let file = File::open(path).map_err(io_err)?;
         if file.metadata().map_err(io_err)?.is_dir() {
-            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                reason: "it is a directory".into(),
+            });
         }
         // SAFETY: the mapping is read-only; like llama.cpp we assume the file
         // is not truncated by another process while the model is loaded.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         let gguf = Gguf::parse_bytes(path, &mmap)?;
-        Ok(Model { gguf, mmap: Some(mmap) })
+        Ok(Model {
+            gguf,
+            mmap: Some(mmap),
+        })
     }
 
     pub fn path(&self) -> &PathBuf {
@@ -51,7 +63,9 @@ impl Model {
     /// The tensor's bytes in the mapping (None when not mapped).
     pub fn mapped_data(&self, t: &TensorInfo) -> Option<&[u8]> {
         let start = (self.gguf.data_offset + t.offset) as usize;
-        self.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
+        self.mmap
+            .as_ref()
+            .map(|m| &m[start..start + t.size as usize])
     }
 
     /// The whole mapping (None when not mapped), for backends that can use
@@ -62,14 +76,22 @@ impl Model {
 
     /// Copies the tensor's bytes into `dst` (which must be `t.size` long).
     pub fn read_tensor_data(&self, t: &TensorInfo, dst: &mut [u8]) -> Result<()> {
-        assert_eq!(dst.len() as u64, t.size, "read_tensor_data: destination size");
+        assert_eq!(
+            dst.len() as u64,
+            t.size,
+            "read_tensor_data: destination size"
+        );
         if let Some(src) = self.mapped_data(t) {
             dst.copy_from_slice(src);
             return Ok(());
         }
-        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
+        let io_err = |e: std::io::Error| Error::Io {
+            path: self.path().clone(),
+            reason: e.to_string(),
+        };
         let mut f = File::open(self.path()).map_err(io_err)?;
-        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset)).map_err(io_err)?;
+        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset))
+            .map_err(io_err)?;
         f.read_exact(dst).map_err(io_err)
     }
 
@@ -78,7 +100,9 @@ impl Model {
     }
 
     fn arch_int(&self, suffix: &str) -> Option<i64> {
-        self.gguf.arch_value(suffix).and_then(|v| v.as_i64().or_else(|| first_int(v)))
+        self.gguf
+            .arch_value(suffix)
+            .and_then(|v| v.as_i64().or_else(|| first_int(v)))
     }
 
     pub fn n_layer(&self) -> Option<i64> {
@@ -95,7 +119,8 @@ impl Model {
 
     /// Defaults to n_head (no grouped-query attention) when the key is absent.
     pub fn n_head_kv(&self) -> Option<i64> {
-        self.arch_int("attention.head_count_kv").or_else(|| self.n_head())
+        self.arch_int("attention.head_count_kv")
+            .or_else(|| self.n_head())
     }
 
     pub fn n_ff(&self) -> Option<i64> {
@@ -109,12 +134,23 @@ impl Model {
     /// The vocabulary size: the key, else the token list, else the embedding rows.
     pub fn n_vocab(&self) -> Option<i64> {
         self.arch_int("vocab_size")
-            .or_else(|| self.gguf.get_array("tokenizer.ggml.tokens").map(|a| a.len() as i64))
-            .or_else(|| self.gguf.tensor("token_embd.weight").and_then(|t| t.shape.get(1)).map(|&n| n as i64))
+            .or_else(|| {
+                self.gguf
+                    .get_array("tokenizer.ggml.tokens")
+                    .map(|a| a.len() as i64)
+            })
+            .or_else(|| {
+                self.gguf
+                    .tensor("token_embd.weight")
+                    .and_then(|t| t.shape.get(1))
+                    .map(|&n| n as i64)
+            })
     }
 
     pub fn rope_freq_base(&self) -> Option<f64> {
-        self.gguf.arch_value("rope.freq_base").and_then(Value::as_f64)
+        self.gguf
+            .arch_value("rope.freq_base")
+            .and_then(Value::as_f64)
     }
 
     pub fn norm_eps(&self) -> Option<f64> {
@@ -127,10 +163,15 @@ impl Model {
     /// Whether some layer has a tensor `blk.N.<part>.weight`.
     fn has_layer_tensor(&self, parts: &[&str]) -> bool {
         self.gguf.tensors.iter().any(|t| {
-            t.name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(layer, tail)| {
-                layer.bytes().all(|b| b.is_ascii_digit())
-                    && parts.iter().any(|p| tail.strip_prefix(p).is_some_and(|s| s == ".weight"))
-            })
+            t.name
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split_once('.'))
+                .is_some_and(|(layer, tail)| {
+                    layer.bytes().all(|b| b.is_ascii_digit())
+                        && parts
+                            .iter()
+                            .any(|p| tail.strip_prefix(p).is_some_and(|s| s == ".weight"))
+                })
         })
     }
 
@@ -143,16 +184,26 @@ impl Model {
     }
 
     pub fn has_post_norm(&self) -> bool {
-        self.has_layer_tensor(&["post_attention_norm", "post_ffw_norm", "attn_post_norm", "ffn_post_norm"])
+        self.has_layer_tensor(&[
+            "post_attention_norm",
+            "post_ffw_norm",
+            "attn_post_norm",
+            "ffn_post_norm",
+        ])
     }
 
     /// State-space or RNN-style layers (Mamba, RWKV, ...): they carry `ssm.*`
     /// or `wkv.*` hyperparameters and tensors instead of an attention cache.
     pub fn is_recurrent(&self) -> bool {
-        let Some(arch) = self.architecture() else { return false };
+        let Some(arch) = self.architecture() else {
+            return false;
+        };
         let ssm = format!("{arch}.ssm.");
         let wkv = format!("{arch}.wkv.");
-        self.gguf.kv.iter().any(|(k, _)| k.starts_with(&ssm) || k.starts_with(&wkv))
+        self.gguf
+            .kv
+            .iter()
+            .any(|(k, _)| k.starts_with(&ssm) || k.starts_with(&wkv))
             || self.has_layer_tensor(&["ssm_in", "ssm_conv1d", "time_mix_key", "time_mix_w1"])
     }
 
@@ -189,7 +240,10 @@ impl Model {
 
     /// The ggml type name of a tensor, e.g. "q4_1".
     pub fn tensor_type_name(&self, name: &str) -> Option<&'static str> {
-        self.gguf.tensor(name).and_then(|t| sys::type_traits(t.ggml_type)).map(|tt| tt.name)
+        self.gguf
+            .tensor(name)
+            .and_then(|t| sys::type_traits(t.ggml_type))
+            .map(|tt| tt.name)
     }
 }
 
