@@ -22,7 +22,7 @@ for my $class (qw(Lugh::Model Lugh::Inference Lugh::KVCache Lugh::MemoryPool)) {
     is($class->CLONE_SKIP, 1, "$class: CLONE_SKIP");
 }
 
-my $thr = threads->create(sub {
+my $thr = threads->create({ context => 'list' }, sub {
     # The clones are empty: using them croaks instead of touching the parent's objects.
     my $ok = eval { $inference->n_ctx; 1 } ? 'usable' : 'not an object';
     # A thread may load its own model and run it.

@@ -102,7 +102,10 @@ sub _forward_any {
     # Leading references (or undef) are positional, and so is a lone value
     # that is not an option name; otherwise a string starts the pairs.
     while (@positional && @args && (ref $args[0] || !defined $args[0] || (@args % 2 && !$known{ $args[0] }))) {
-        $opt{ shift @positional } = shift @args;
+        my $slot = shift @positional;
+        # A token array where a cache or pool belongs: that object is missing.
+        next if $slot =~ /\A(?:cache|pool)\z/ && ref $args[0] eq 'ARRAY';
+        $opt{$slot} = shift @args;
     }
     Lugh::_croak("$method: expected " . join(', ', map {"\$$_"} @{ $spec->{positional} })
             . ' or name => value pairs') if @args % 2;
