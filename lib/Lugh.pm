@@ -20,6 +20,7 @@ sub _croak {
 }
 
 require Lugh::Model;
+require Lugh::Tokenizer;
 require Lugh::Inference;
 require Lugh::KVCache;
 require Lugh::MemoryPool;

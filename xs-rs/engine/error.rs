@@ -9,10 +9,7 @@ pub enum Error {
     /// A bad argument from the caller (wrong type, missing, out of range).
     Argument(String),
     /// An option name the method does not know.
-    UnknownOption {
-        name: String,
-        known: Vec<&'static str>,
-    },
+    UnknownOption { name: String, known: Vec<&'static str> },
     /// The file cannot be opened or read.
     Io { path: PathBuf, reason: String },
     /// The file does not start with the GGUF magic.
@@ -56,37 +53,23 @@ impl fmt::Display for Error {
         match self {
             Error::Argument(m) => write!(f, "{m}"),
             Error::UnknownOption { name, known } => {
-                write!(
-                    f,
-                    "unknown option '{name}' (valid options: {})",
-                    known.join(", ")
-                )
+                write!(f, "unknown option '{name}' (valid options: {})", known.join(", "))
             }
             Error::Io { path, reason } => write!(f, "cannot read '{}': {reason}", path.display()),
-            Error::NotGguf { path } => {
-                write!(f, "'{}' is not a GGUF file (bad magic)", path.display())
-            }
+            Error::NotGguf { path } => write!(f, "'{}' is not a GGUF file (bad magic)", path.display()),
             Error::UnsupportedVersion { path, version } => write!(
                 f,
                 "'{}' uses GGUF version {version}, which is not supported (versions 2 and 3 are)",
                 path.display()
             ),
             Error::Truncated { path, what } => {
-                write!(
-                    f,
-                    "'{}' is truncated: the file ends inside {what}",
-                    path.display()
-                )
+                write!(f, "'{}' is truncated: the file ends inside {what}", path.display())
             }
             Error::Corrupt { path, what } => write!(f, "'{}' is corrupt: {what}", path.display()),
             Error::Backend(m) => write!(f, "{m}"),
             Error::Ggml(m) => write!(f, "ggml: {m}"),
             Error::NoVocabulary { path } => {
-                write!(
-                    f,
-                    "'{}' has no tokenizer vocabulary (tokenizer.ggml.tokens is missing)",
-                    path.display()
-                )
+                write!(f, "'{}' has no tokenizer vocabulary (tokenizer.ggml.tokens is missing)", path.display())
             }
             Error::UnsupportedTokenizer(m) => write!(f, "{m}"),
             Error::TokenOutOfRange { pos, id, n_vocab } => {

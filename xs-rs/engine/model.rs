@@ -2,16 +2,20 @@
 //! the facts derived from them. Immutable after load and shared through `Arc`
 //! by everything built on it (tokenizer, inference sessions).
 use super::gguf::{Gguf, TensorInfo, Value};
+use super::tokenizer::Vocab;
 use super::{ggml_sys as sys, Error, Result};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 pub struct Model {
     pub gguf: Gguf,
     /// The whole file mapped read-only, when loaded with use_mmap.
     mmap: Option<Mmap>,
+    /// The tokenizer vocabulary, built on first use and shared.
+    vocab: OnceLock<Arc<Vocab>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -30,10 +34,7 @@ impl Model {
             reason: e.to_string(),
         };
         if !use_mmap {
-            return Ok(Model {
-                gguf: Gguf::open(path)?,
-                mmap: None,
-            });
+            return Ok(Model { gguf: Gguf::open(path)?, mmap: None, vocab: OnceLock::new() });
         }
         let file = File::open(path).map_err(io_err)?;
         if file.metadata().map_err(io_err)?.is_dir() {
@@ -46,10 +47,18 @@ impl Model {
         // is not truncated by another process while the model is loaded.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         let gguf = Gguf::parse_bytes(path, &mmap)?;
-        Ok(Model {
-            gguf,
-            mmap: Some(mmap),
-        })
+        Ok(Model { gguf, mmap: Some(mmap), vocab: OnceLock::new() })
+    }
+
+    /// The model's tokenizer vocabulary, built once and then shared by every
+    /// tokenizer and inference session on this model.
+    pub fn vocab(&self) -> Result<Arc<Vocab>> {
+        if let Some(v) = self.vocab.get() {
+            return Ok(v.clone());
+        }
+        let built = Arc::new(Vocab::from_gguf(&self.gguf)?);
+        // Two threads may build at once; both then use the first one stored.
+        Ok(self.vocab.get_or_init(|| built).clone())
     }
 
     pub fn path(&self) -> &PathBuf {

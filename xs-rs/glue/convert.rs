@@ -45,6 +45,52 @@ impl Perl {
         }
     }
 
+    /// Text as UTF-8 bytes, by one rule whether or not perl holds the string
+    /// upgraded: its characters, except that a string of characters below
+    /// 0x100 which spell valid UTF-8 is taken as those UTF-8 bytes (so text
+    /// read without a decoding layer works too). Characters beyond U+10FFFF
+    /// are refused. The result borrows perl's buffer: use it before calling
+    /// back into perl.
+    pub fn utf8_text_arg(self, sv: Sv, what: &str) -> Result<std::borrow::Cow<'static, [u8]>, Error> {
+        use std::borrow::Cow;
+        if !self.is_defined(sv) {
+            return Err(arg_error(what, "is missing (undef)".into()));
+        }
+        if self.ref_kind(sv) != 0 {
+            return Err(arg_error(what, "must be a string, not a reference".into()));
+        }
+        let (bytes, utf8) = self.raw_str(sv);
+        let narrow: Cow<'static, [u8]> = if utf8 {
+            match perl_utf8_chars(bytes) {
+                Err(cpt) => return Err(arg_error(what, format!("has character U+{cpt:X}, beyond Unicode"))),
+                Ok(true) => return Ok(Cow::Borrowed(bytes)),
+                Ok(false) => Cow::Owned(latin1_of_utf8(bytes)),
+            }
+        } else {
+            Cow::Borrowed(bytes)
+        };
+        if std::str::from_utf8(&narrow).is_ok() {
+            return Ok(narrow);
+        }
+        Ok(Cow::Owned(narrow.iter().flat_map(|&b| char::from(b).to_string().into_bytes()).collect()))
+    }
+
+    /// A byte string (characters above 0xFF are refused).
+    pub fn byte_string_arg(self, sv: Sv, what: &str) -> Result<std::borrow::Cow<'static, [u8]>, Error> {
+        use std::borrow::Cow;
+        if !self.is_defined(sv) || self.ref_kind(sv) != 0 {
+            return Err(arg_error(what, format!("must be a string, got {}", self.describe(sv))));
+        }
+        let (bytes, utf8) = self.raw_str(sv);
+        if !utf8 {
+            return Ok(Cow::Borrowed(bytes));
+        }
+        match perl_utf8_chars(bytes) {
+            Ok(false) => Ok(Cow::Owned(latin1_of_utf8(bytes))),
+            _ => Err(arg_error(what, "must be a byte string, but has characters above 0xFF".into())),
+        }
+    }
+
     /// A required string argument.
     pub fn string_arg(self, sv: Sv, what: &str) -> Result<String, Error> {
         if !self.is_defined(sv) {
@@ -255,4 +301,53 @@ pub enum Item<'a> {
     Uint(u64),
     Float(f64),
     Str(&'a str),
+}
+
+/// Scans perl's internal UTF-8 (which may hold surrogates and code points
+/// beyond Unicode): Ok(true) if some character is above 0xFF, Ok(false) if
+/// all are below 0x100, Err(code point) for one beyond U+10FFFF.
+fn perl_utf8_chars(bytes: &[u8]) -> Result<bool, u64> {
+    let mut wide = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let len = match b {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            0xF8..=0xFB => 5,
+            0xFC..=0xFD => 6,
+            _ => 7,
+        };
+        if len > 1 {
+            let mut cpt: u64 = if len >= 7 { 0 } else { (b & (0x7F >> len)) as u64 };
+            for &c in bytes.iter().skip(i + 1).take(len.min(13) - 1) {
+                cpt = (cpt << 6) | (c & 0x3F) as u64;
+            }
+            if len >= 4 && (cpt > 0x10FFFF || len > 4) {
+                return Err(cpt.max(0x110000));
+            }
+            wide |= cpt > 0xFF;
+        }
+        i += len;
+    }
+    Ok(wide)
+}
+
+/// Characters below 0x100 held as UTF-8 → their bytes.
+fn latin1_of_utf8(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b < 0x80 {
+            out.push(b);
+            i += 1;
+        } else {
+            out.push(((b & 0x03) << 6) | (bytes.get(i + 1).copied().unwrap_or(0) & 0x3F));
+            i += 2;
+        }
+    }
+    out
 }

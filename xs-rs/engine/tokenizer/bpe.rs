@@ -30,12 +30,7 @@ fn pair_key(left: u32, right: u32) -> u64 {
 impl Merges {
     /// `token_id` finds a token by its text; `merges` are the
     /// "left right" lines of `tokenizer.ggml.merges`, best first.
-    pub fn new(
-        n_vocab: usize,
-        token_id: impl Fn(&[u8]) -> Option<i32>,
-        merges: &[String],
-        bytes: &ByteMap,
-    ) -> Merges {
+    pub fn new(n_vocab: usize, token_id: impl Fn(&[u8]) -> Option<i32>, merges: &[String], bytes: &ByteMap) -> Merges {
         let n_vocab = n_vocab as u32;
         let mut extra: FxMap<Box<[u8]>, u32> = new_map(1024);
         let mut extra_texts: Vec<Box<[u8]>> = Vec::new();
@@ -74,30 +69,20 @@ impl Merges {
             }));
         }
         let lookup = |text: &[u8], extra: &FxMap<Box<[u8]>, u32>| -> Option<u32> {
-            token_id(text)
-                .map(|id| id as u32)
-                .or_else(|| extra.get(text).copied())
+            token_id(text).map(|id| id as u32).or_else(|| extra.get(text).copied())
         };
         let mut pairs: FxMap<u64, (u32, u32)> = new_map(merges.len());
         for (rank, (line, merged)) in merges.iter().zip(results).enumerate() {
             let Some(merged) = merged else { continue };
             let (at, _) = split(line).expect("split before");
-            let (Some(left), Some(right)) = (
-                lookup(&line.as_bytes()[..at], &extra),
-                lookup(&line.as_bytes()[at + 1..], &extra),
-            ) else {
+            let (Some(left), Some(right)) =
+                (lookup(&line.as_bytes()[..at], &extra), lookup(&line.as_bytes()[at + 1..], &extra))
+            else {
                 continue; // a half that no text can ever form
             };
-            pairs
-                .entry(pair_key(left, right))
-                .or_insert((rank as u32, merged));
+            pairs.entry(pair_key(left, right)).or_insert((rank as u32, merged));
         }
-        Merges {
-            pairs,
-            byte_piece,
-            extra_texts,
-            n_vocab,
-        }
+        Merges { pairs, byte_piece, extra_texts, n_vocab }
     }
 
     /// The text of a piece that is not a token.
@@ -133,13 +118,12 @@ impl BpeSession {
         self.symbols.clear();
         self.queue.clear();
         let n = word.len() as i32;
-        self.symbols
-            .extend(word.iter().enumerate().map(|(i, &b)| Symbol {
-                piece: merges.byte_piece[b as usize],
-                prev: i as i32 - 1,
-                next: if i as i32 + 1 == n { -1 } else { i as i32 + 1 },
-                alive: true,
-            }));
+        self.symbols.extend(word.iter().enumerate().map(|(i, &b)| Symbol {
+            piece: merges.byte_piece[b as usize],
+            prev: i as i32 - 1,
+            next: if i as i32 + 1 == n { -1 } else { i as i32 + 1 },
+            alive: true,
+        }));
         for i in 1..self.symbols.len() {
             self.push_pair(merges, i - 1, i);
         }

@@ -57,13 +57,7 @@ const FIM_MID_TEXTS: &[&str] = &[
     "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 
 /// Texts of tokens that end generation (llama.cpp's list).
@@ -106,25 +100,14 @@ fn attr_of_type(t: i64) -> u16 {
 }
 
 fn corrupt(gguf: &Gguf, what: String) -> Error {
-    Error::Corrupt {
-        path: gguf.path.clone(),
-        what,
-    }
+    Error::Corrupt { path: gguf.path.clone(), what }
 }
 
 pub fn build(gguf: &Gguf) -> Result<Vocab> {
-    let model_name = gguf
-        .get_str("tokenizer.ggml.model")
-        .unwrap_or_default()
-        .to_string();
+    let model_name = gguf.get_str("tokenizer.ggml.model").unwrap_or_default().to_string();
     let tokens = gguf.get_str_array("tokenizer.ggml.tokens");
-    let (Some(tokens), false) = (
-        tokens,
-        matches!(model_name.as_str(), "" | "no_vocab" | "none"),
-    ) else {
-        return Err(Error::NoVocabulary {
-            path: gguf.path.clone(),
-        });
+    let (Some(tokens), false) = (tokens, matches!(model_name.as_str(), "" | "no_vocab" | "none")) else {
+        return Err(Error::NoVocabulary { path: gguf.path.clone() });
     };
     let is_spm = match model_name.as_str() {
         "llama" => true,
@@ -137,17 +120,10 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     };
     let n = tokens.len();
     if n == 0 || n > i32::MAX as usize {
-        return Err(corrupt(
-            gguf,
-            format!("tokenizer.ggml.tokens has {n} entries"),
-        ));
+        return Err(corrupt(gguf, format!("tokenizer.ggml.tokens has {n} entries")));
     }
     let pre_raw = gguf.get_str("tokenizer.ggml.pre");
-    let pre_spec = if is_spm {
-        None
-    } else {
-        Some(pretokenize::find_spec(pre_raw)?)
-    };
+    let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw)?) };
 
     let scores = match gguf.get_array("tokenizer.ggml.scores") {
         None => vec![0.0; n],
@@ -169,9 +145,7 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     };
     let mut attrs: Vec<u16> = match gguf.get_array("tokenizer.ggml.token_type") {
         None => vec![attr::NORMAL; n],
-        Some(a @ Array::I32(_)) if a.len() >= n => (0..n)
-            .map(|i| attr_of_type(a.int_at(i).unwrap_or(0)))
-            .collect(),
+        Some(a @ Array::I32(_)) if a.len() >= n => (0..n).map(|i| attr_of_type(a.int_at(i).unwrap_or(0))).collect(),
         Some(a) => {
             return Err(corrupt(
                 gguf,
@@ -187,11 +161,8 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     let mut texts = Texts::default();
     let mut ids = id_map(n);
     for (i, token) in tokens.iter().enumerate() {
-        let text: std::borrow::Cow<[u8]> = if token.is_empty() {
-            format!("[EMPTY_{i}]").into_bytes().into()
-        } else {
-            token.as_bytes().into()
-        };
+        let text: std::borrow::Cow<[u8]> =
+            if token.is_empty() { format!("[EMPTY_{i}]").into_bytes().into() } else { token.as_bytes().into() };
         texts.push(&text);
         // A repeated text maps to its last id, as llama.cpp's map does.
         ids.insert(text.into_owned().into_boxed_slice(), i as i32);
@@ -201,18 +172,9 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     // Special ids: per-algorithm defaults, then the file's values.
     let in_range = |id: i64| (0..n as i64).contains(&id).then_some(id as i32);
     let mut sp = if is_spm {
-        SpecialIds {
-            bos: in_range(1),
-            eos: in_range(2),
-            unk: in_range(0),
-            ..Default::default()
-        }
+        SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() }
     } else {
-        SpecialIds {
-            bos: in_range(11),
-            eos: in_range(11),
-            ..Default::default()
-        }
+        SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() }
     };
     let (mut fim_pre, mut fim_suf, mut fim_mid, mut fim_pad, mut fim_rep, mut fim_sep) =
         (None, None, None, None, None, None);
@@ -232,22 +194,14 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         ("fim_rep_token_id", &mut fim_rep),
         ("fim_sep_token_id", &mut fim_sep),
     ] {
-        if let Some(id) = gguf
-            .get_i64(&format!("tokenizer.ggml.{key}"))
-            .and_then(in_range)
-        {
+        if let Some(id) = gguf.get_i64(&format!("tokenizer.ggml.{key}")).and_then(in_range) {
             *slot = Some(id);
         }
     }
-    for (key, slot) in [
-        ("prefix_token_id", &mut fim_pre),
-        ("suffix_token_id", &mut fim_suf),
-        ("middle_token_id", &mut fim_mid),
-    ] {
-        if let Some(id) = gguf
-            .get_i64(&format!("tokenizer.ggml.{key}"))
-            .and_then(in_range)
-        {
+    for (key, slot) in
+        [("prefix_token_id", &mut fim_pre), ("suffix_token_id", &mut fim_suf), ("middle_token_id", &mut fim_mid)]
+    {
+        if let Some(id) = gguf.get_i64(&format!("tokenizer.ggml.{key}")).and_then(in_range) {
             *slot = Some(id);
         }
     }
@@ -260,22 +214,18 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     if let Some(b) = gguf.get_bool("tokenizer.ggml.add_eos_token") {
         add_eos = b;
     }
-    let add_space_prefix = is_spm
-        && gguf
-            .get_bool("tokenizer.ggml.add_space_prefix")
-            .unwrap_or(true);
+    let add_space_prefix = is_spm && gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
 
     // Tokens recognised by their text become control tokens.
     let mut make_control = |id: i32| attrs[id as usize] |= attr::CONTROL;
-    let detect =
-        |slot: &mut Option<i32>, candidates: &[&str], make_control: &mut dyn FnMut(i32)| {
-            if slot.is_none() {
-                if let Some(id) = candidates.iter().find_map(|t| id_of(t)) {
-                    *slot = Some(id);
-                    make_control(id);
-                }
+    let detect = |slot: &mut Option<i32>, candidates: &[&str], make_control: &mut dyn FnMut(i32)| {
+        if slot.is_none() {
+            if let Some(id) = candidates.iter().find_map(|t| id_of(t)) {
+                *slot = Some(id);
+                make_control(id);
             }
-        };
+        }
+    };
     detect(&mut sp.eot, EOT_TEXTS, &mut make_control);
     detect(&mut sp.eom, &["<|eom_id|>"], &mut make_control);
     detect(&mut fim_pre, FIM_PRE_TEXTS, &mut make_control);
@@ -309,43 +259,30 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     eog.extend([sp.eos, sp.eot, sp.eom].into_iter().flatten());
     eog.sort_unstable();
     eog.dedup();
-    let has = |eog: &[i32], text: &str| {
-        eog.iter()
-            .any(|&id| texts.get(id as usize) == text.as_bytes())
-    };
+    let has = |eog: &[i32], text: &str| eog.iter().any(|&id| texts.get(id as usize) == text.as_bytes());
     // Harmony and Solar-Open end turns with <|end|> but do not stop on it.
     let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
     if has(&eog, "<|end|>") && has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
-        let end = eog
-            .iter()
-            .position(|&id| texts.get(id as usize) == b"<|end|>")
-            .expect("present");
+        let end = eog.iter().position(|&id| texts.get(id as usize) == b"<|end|>").expect("present");
         attrs[eog.remove(end) as usize] = attr::USER_DEFINED;
     }
     // Where </s> is an ordinary token (Gemma 4, PLaMo).
     if (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>")) && has(&eog, "</s>") {
-        let s = eog
-            .iter()
-            .position(|&id| texts.get(id as usize) == b"</s>")
-            .expect("present");
+        let s = eog.iter().position(|&id| texts.get(id as usize) == b"</s>").expect("present");
         attrs[eog.remove(s) as usize] = attr::NORMAL;
     }
 
     // Special tokens, longest first (ties by id, where llama.cpp's unstable
     // sort leaves the order unspecified).
-    let mut special_ids: Vec<usize> = (0..n)
-        .filter(|&i| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
-        .collect();
+    let mut special_ids: Vec<usize> =
+        (0..n).filter(|&i| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0).collect();
     special_ids.sort_by_key(|&i| std::cmp::Reverse(texts.get(i).len()));
 
     let byte_map = ByteMap::new();
     let pieces = render_pieces(&texts, &attrs, is_spm, &byte_map);
 
     // Per-model strip attributes (llama.cpp sets these by name).
-    let name = gguf
-        .get_str("general.name")
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+    let name = gguf.get_str("general.name").unwrap_or_default().to_ascii_lowercase();
     let arch = gguf.get_str("general.architecture").unwrap_or_default();
     let pre_text = pre_raw.unwrap_or_default();
     let set = |attrs: &mut [u16], text: &str, bit: u16, on: bool| {
@@ -354,12 +291,8 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
             *a = if on { *a | bit } else { *a & !bit };
         }
     };
-    if ["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"]
-        .iter()
-        .any(|p| pre_text.contains(p))
-        || ["nomic-bert-moe", "jina-bert-v3"]
-            .iter()
-            .any(|a| arch.contains(a))
+    if ["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"].iter().any(|p| pre_text.contains(p))
+        || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
     {
         set(&mut attrs, "<mask>", attr::LSTRIP, true);
     } else if name.contains("phi-3") || name.contains("phi3") {
@@ -390,20 +323,13 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     let kind = if is_spm {
         let mut byte_tokens = Box::new([None; 256]);
         for b in 0..=255u8 {
-            byte_tokens[b as usize] =
-                id_of(&format!("<0x{b:02X}>")).or_else(|| ids.get(&[b][..]).copied());
+            byte_tokens[b as usize] = id_of(&format!("<0x{b:02X}>")).or_else(|| ids.get(&[b][..]).copied());
         }
-        Kind::Spm {
-            add_space_prefix,
-            byte_tokens,
-        }
+        Kind::Spm { add_space_prefix, byte_tokens, joined_before_space: joined_before_space(&texts) }
     } else {
         let spec = pre_spec.expect("BPE has a pre-tokenizer");
         let merge_lines = gguf.get_str_array("tokenizer.ggml.merges").ok_or_else(|| {
-            corrupt(
-                gguf,
-                "tokenizer.ggml.merges (a list of strings) is missing for a BPE vocabulary".into(),
-            )
+            corrupt(gguf, "tokenizer.ggml.merges (a list of strings) is missing for a BPE vocabulary".into())
         })?;
         let merges = bpe::Merges::new(n, |t| ids.get(t).copied(), merge_lines, &byte_map);
         Kind::Bpe(Box::new(BpeModel {
@@ -501,4 +427,36 @@ fn byte_of_token(text: &[u8]) -> u8 {
         }
     }
     value as u8
+}
+
+/// The characters that some token has right before a `▁`, not counting a
+/// leading run of `▁` (see `spm_fragment`); None if there are many.
+fn joined_before_space(texts: &Texts) -> Option<Vec<Box<[u8]>>> {
+    const MARK: &[u8] = "▁".as_bytes();
+    let mut joined: Vec<Box<[u8]>> = Vec::new();
+    for i in 0..texts.ends.len() {
+        let mut rest = texts.get(i);
+        while rest.starts_with(MARK) {
+            rest = &rest[MARK.len()..];
+        }
+        let mut prev_start = None;
+        let mut at = 0;
+        while at < rest.len() {
+            let len = super::utf8::seq_len(rest[at]).min(rest.len() - at);
+            if &rest[at..at + len] == MARK {
+                if let Some(p) = prev_start {
+                    let prev = &rest[p..at];
+                    if prev != MARK && !joined.iter().any(|j| **j == *prev) {
+                        joined.push(prev.into());
+                        if joined.len() > 64 {
+                            return None;
+                        }
+                    }
+                }
+            }
+            prev_start = Some(at);
+            at += len;
+        }
+    }
+    Some(joined)
 }

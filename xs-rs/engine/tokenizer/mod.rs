@@ -67,6 +67,9 @@ enum Kind {
     Spm {
         add_space_prefix: bool,
         byte_tokens: Box<[Option<i32>; 256]>,
+        /// Characters that some token has right before a `▁` (other than in
+        /// a leading run of `▁`); None when there are too many to bother.
+        joined_before_space: Option<Vec<Box<[u8]>>>,
     },
     /// Byte-level BPE (`gpt2`).
     Bpe(Box<BpeModel>),
@@ -205,24 +208,14 @@ impl Vocab {
 
     /// Whether decoding drops the space SPM encoding put in front of text.
     pub fn adds_space_prefix(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::Spm {
-                add_space_prefix: true,
-                ..
-            }
-        )
+        matches!(self.kind, Kind::Spm { add_space_prefix: true, .. })
     }
 
     fn check_id(&self, id: i32) -> Result<usize> {
         if id >= 0 && (id as usize) < self.n_vocab() {
             Ok(id as usize)
         } else {
-            Err(Error::TokenOutOfRange {
-                pos: None,
-                id: id as i64,
-                n_vocab: self.n_vocab(),
-            })
+            Err(Error::TokenOutOfRange { pos: None, id: id as i64, n_vocab: self.n_vocab() })
         }
     }
 
@@ -268,14 +261,7 @@ impl Vocab {
 
     /// Tokenizes text exactly like llama.cpp's llama_tokenize.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<i32> {
-        self.encode_bytes(
-            text.as_bytes(),
-            EncodeOptions {
-                add_bos,
-                add_eos: false,
-                parse_special,
-            },
-        )
+        self.encode_bytes(text.as_bytes(), EncodeOptions { add_bos, add_eos: false, parse_special })
     }
 
     /// Tokenizes UTF-8 text given as bytes (invalid sequences are read the
@@ -287,18 +273,11 @@ impl Vocab {
             out.extend(self.special_ids.bos);
         }
         let mut fragments = Vec::new();
-        self.special_tokens
-            .partition(text, options.parse_special, &mut fragments);
+        self.special_tokens.partition(text, options.parse_special, &mut fragments);
         match &self.kind {
-            Kind::Spm {
-                add_space_prefix,
-                byte_tokens,
-            } => {
-                let lookup = SpmLookup {
-                    vocab: self,
-                    byte_tokens,
-                };
-                let mut session = spm::SpmSession::default();
+            Kind::Spm { add_space_prefix, byte_tokens, joined_before_space } => {
+                let lookup = SpmLookup { vocab: self, byte_tokens };
+                let mut state = SpmState::default();
                 let mut escaped = Vec::new();
                 // llama.cpp puts a space before the text and after every
                 // special token (when the vocabulary asks for the prefix).
@@ -312,16 +291,16 @@ impl Vocab {
                         Fragment::Text { start, end } => {
                             escaped.clear();
                             if *add_space_prefix && after_special {
-                                escaped.extend_from_slice("▁".as_bytes());
+                                escaped.extend_from_slice(SPACE_MARK);
                             }
                             for &b in &text[start..end] {
                                 if b == b' ' {
-                                    escaped.extend_from_slice("▁".as_bytes());
+                                    escaped.extend_from_slice(SPACE_MARK);
                                 } else {
                                     escaped.push(b);
                                 }
                             }
-                            session.tokenize(&lookup, &escaped, &mut out);
+                            spm_fragment(&lookup, joined_before_space.as_deref(), &escaped, &mut state, &mut out);
                             after_special = false;
                         }
                     }
@@ -362,9 +341,7 @@ impl Vocab {
             if state.cache.len() < 1 << 16 {
                 let at = state.cached.len();
                 state.cached.extend_from_slice(&out[from..]);
-                state
-                    .cache
-                    .insert(word.into(), (at as u32, state.cached.len() as u32));
+                state.cache.insert(word.into(), (at as u32, state.cached.len() as u32));
             }
         }
         state.words = words;
@@ -408,11 +385,7 @@ impl Vocab {
     /// As `token_to_piece`, borrowed.
     pub fn piece(&self, id: i32, special: bool) -> Result<&[u8]> {
         let i = self.check_id(id)?;
-        Ok(if !special && self.is_hidden(i) {
-            &[]
-        } else {
-            self.pieces.get(i)
-        })
+        Ok(if !special && self.is_hidden(i) { &[] } else { self.pieces.get(i) })
     }
 
     /// The bytes of a token sequence. For vocabularies that put a space in
@@ -425,11 +398,7 @@ impl Vocab {
         let mut decoder = self.piece_decoder(special);
         for (pos, &id) in ids.iter().enumerate() {
             let piece = decoder.next(self, id).map_err(|e| match e {
-                Error::TokenOutOfRange { id, n_vocab, .. } => Error::TokenOutOfRange {
-                    pos: Some(pos),
-                    id,
-                    n_vocab,
-                },
+                Error::TokenOutOfRange { id, n_vocab, .. } => Error::TokenOutOfRange { pos: Some(pos), id, n_vocab },
                 other => other,
             })?;
             out.extend_from_slice(piece);
@@ -439,10 +408,7 @@ impl Vocab {
 
     /// A token-by-token decoder applying the same rules as `decode`.
     pub fn piece_decoder(&self, special: bool) -> PieceDecoder {
-        PieceDecoder {
-            special,
-            strip_space: self.adds_space_prefix(),
-        }
+        PieceDecoder { special, strip_space: self.adds_space_prefix() }
     }
 }
 
@@ -455,6 +421,11 @@ pub struct PieceDecoder {
 }
 
 impl PieceDecoder {
+    /// Whether control tokens are rendered.
+    pub fn special(&self) -> bool {
+        self.special
+    }
+
     /// The bytes of the next token.
     pub fn next<'v>(&mut self, vocab: &'v Vocab, id: i32) -> Result<&'v [u8]> {
         let mut piece = vocab.piece(id, self.special)?;
@@ -471,6 +442,68 @@ impl PieceDecoder {
             self.strip_space = false;
         }
         Ok(piece)
+    }
+}
+
+/// SentencePiece's escaped space.
+const SPACE_MARK: &[u8] = "▁".as_bytes();
+
+/// Scratch for SPM, reused across the segments of one call.
+#[derive(Default)]
+struct SpmState {
+    session: spm::SpmSession,
+    /// Segments already tokenized in this call → their ids in `cached`.
+    cache: FxMap<Box<[u8]>, (u32, u32)>,
+    cached: Vec<i32>,
+}
+
+/// Tokenizes escaped SPM text. A merge can only join two symbols if some
+/// token contains both; so where a `▁` follows a character that no token
+/// has before a `▁`, no merge will ever cross, and the text is cut there
+/// (at symbol boundaries, as the merger would see them). The pieces are
+/// tokenized alone: the same result, with small queues and a cache for
+/// repeated words.
+fn spm_fragment(
+    lookup: &SpmLookup,
+    joined_before_space: Option<&[Box<[u8]>]>,
+    text: &[u8],
+    state: &mut SpmState,
+    out: &mut Vec<i32>,
+) {
+    let Some(joined) = joined_before_space else {
+        state.session.tokenize(lookup, text, out);
+        return;
+    };
+    let mut segment_start = 0;
+    let mut prev: &[u8] = &[];
+    let mut i = 0;
+    while i < text.len() {
+        let len = utf8::seq_len(text[i]).min(text.len() - i);
+        let symbol = &text[i..i + len];
+        if symbol == SPACE_MARK && i > segment_start && prev != SPACE_MARK && !joined.iter().any(|j| **j == *prev) {
+            spm_segment(lookup, &text[segment_start..i], state, out);
+            segment_start = i;
+        }
+        prev = symbol;
+        i += len;
+    }
+    spm_segment(lookup, &text[segment_start..], state, out);
+}
+
+fn spm_segment(lookup: &SpmLookup, segment: &[u8], state: &mut SpmState, out: &mut Vec<i32>) {
+    if segment.is_empty() {
+        return;
+    }
+    if let Some(&(from, to)) = state.cache.get(segment) {
+        out.extend_from_slice(&state.cached[from as usize..to as usize]);
+        return;
+    }
+    let from = out.len();
+    state.session.tokenize(lookup, segment, out);
+    if state.cache.len() < 1 << 16 {
+        let at = state.cached.len();
+        state.cached.extend_from_slice(&out[from..]);
+        state.cache.insert(segment.into(), (at as u32, state.cached.len() as u32));
     }
 }
 
@@ -495,10 +528,7 @@ struct SpmLookup<'a> {
 impl spm::SpmVocab for SpmLookup<'_> {
     #[inline]
     fn spm_token(&self, text: &[u8]) -> Option<(i32, f32)> {
-        self.vocab
-            .ids
-            .get(text)
-            .map(|&id| (id, self.vocab.scores[id as usize]))
+        self.vocab.ids.get(text).map(|&id| (id, self.vocab.scores[id as usize]))
     }
 
     #[inline]

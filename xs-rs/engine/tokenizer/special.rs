@@ -49,9 +49,7 @@ impl SpecialTokens {
         let finder = if tokens.is_empty() {
             None
         } else {
-            Some(
-                AhoCorasick::new(tokens.iter().map(|t| &*t.text)).expect("special token automaton"),
-            )
+            Some(AhoCorasick::new(tokens.iter().map(|t| &*t.text)).expect("special token automaton"))
         };
         SpecialTokens { tokens, finder }
     }
@@ -62,10 +60,7 @@ impl SpecialTokens {
         if text.is_empty() {
             return;
         }
-        out.push(Fragment::Text {
-            start: 0,
-            end: text.len(),
-        });
+        out.push(Fragment::Text { start: 0, end: text.len() });
         let Some(finder) = &self.finder else { return };
         let mut present: Vec<usize> = finder
             .find_overlapping_iter(text)
@@ -84,9 +79,7 @@ impl SpecialTokens {
             next.clear();
             for &fragment in out.iter() {
                 match fragment {
-                    Fragment::Text { start, end } => {
-                        split_text(text, start, end, token, &finder, &mut next)
-                    }
+                    Fragment::Text { start, end } => split_text(text, start, end, token, &finder, &mut next),
                     other => next.push(other),
                 }
             }
@@ -117,10 +110,7 @@ fn split_text(
             }
         }
         if left_end > pos {
-            out.push(Fragment::Text {
-                start: pos,
-                end: left_end,
-            });
+            out.push(Fragment::Text { start: pos, end: left_end });
         }
         out.push(Fragment::Token(token.id));
         pos = at + token.text.len();
@@ -139,20 +129,8 @@ fn split_text(
 mod tests {
     use super::*;
 
-    fn special(
-        id: i32,
-        text: &str,
-        needs_parse_special: bool,
-        lstrip: bool,
-        rstrip: bool,
-    ) -> SpecialToken {
-        SpecialToken {
-            id,
-            text: text.as_bytes().into(),
-            needs_parse_special,
-            lstrip,
-            rstrip,
-        }
+    fn special(id: i32, text: &str, needs_parse_special: bool, lstrip: bool, rstrip: bool) -> SpecialToken {
+        SpecialToken { id, text: text.as_bytes().into(), needs_parse_special, lstrip, rstrip }
     }
 
     fn parts(st: &SpecialTokens, text: &str, parse: bool) -> Vec<String> {
@@ -173,15 +151,9 @@ mod tests {
             special(2, "<|im", true, false, false),
             special(3, "<u>", false, false, false),
         ]);
-        assert_eq!(
-            parts(&st, "a<|im_start|>b<|imc<u>", true),
-            ["'a'", "#1", "'b'", "#2", "'c'", "#3"]
-        );
+        assert_eq!(parts(&st, "a<|im_start|>b<|imc<u>", true), ["'a'", "#1", "'b'", "#2", "'c'", "#3"]);
         // control tokens stay text without parse_special; user-defined ones do not
-        assert_eq!(
-            parts(&st, "a<|im_start|>b<u>", false),
-            ["'a<|im_start|>b'", "#3"]
-        );
+        assert_eq!(parts(&st, "a<|im_start|>b<u>", false), ["'a<|im_start|>b'", "#3"]);
         assert_eq!(parts(&st, "<u><u>", false), ["#3", "#3"]);
         assert_eq!(parts(&st, "< |im_start|>", true), ["'< |im_start|>'"]);
     }

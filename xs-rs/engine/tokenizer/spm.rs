@@ -71,11 +71,7 @@ impl SpmSession {
                 start: offset as u32,
                 len: len as u32,
                 prev: index - 1,
-                next: if offset + len == text.len() {
-                    -1
-                } else {
-                    index + 1
-                },
+                next: if offset + len == text.len() { -1 } else { index + 1 },
             });
             offset += len;
         }
@@ -83,10 +79,7 @@ impl SpmSession {
             self.try_add(vocab, text, i - 1, i);
         }
         while let Some(bigram) = self.queue.pop() {
-            let (l, r) = (
-                self.symbols[bigram.left as usize],
-                self.symbols[bigram.right as usize],
-            );
+            let (l, r) = (self.symbols[bigram.left as usize], self.symbols[bigram.right as usize]);
             // Skip a pair one of whose symbols has changed since it was queued.
             if l.len == 0 || r.len == 0 || l.len + r.len != bigram.len {
                 continue;
@@ -124,12 +117,7 @@ impl SpmSession {
         let start = self.symbols[left].start as usize;
         let len = (self.symbols[left].len + self.symbols[right].len) as usize;
         if let Some((_, score)) = vocab.spm_token(&text[start..start + len]) {
-            self.queue.push(Bigram {
-                score,
-                left: left as u32,
-                right: right as u32,
-                len: len as u32,
-            });
+            self.queue.push(Bigram { score, left: left as u32, right: right as u32, len: len as u32 });
         }
     }
 }

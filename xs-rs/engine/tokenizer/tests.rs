@@ -50,12 +50,8 @@ fn parse_jsonl_line(line: &str) -> (String, Vec<i32>) {
                     let v = u32::from_str_radix(&hex, 16).unwrap();
                     if (0xD800..0xDC00).contains(&v) {
                         pending_high = Some(v);
-                    } else if let (Some(h), true) =
-                        (pending_high.take(), (0xDC00..0xE000).contains(&v))
-                    {
-                        prompt.push(
-                            char::from_u32(0x10000 + ((h - 0xD800) << 10) + (v - 0xDC00)).unwrap(),
-                        );
+                    } else if let (Some(h), true) = (pending_high.take(), (0xDC00..0xE000).contains(&v)) {
+                        prompt.push(char::from_u32(0x10000 + ((h - 0xD800) << 10) + (v - 0xDC00)).unwrap());
                     } else {
                         prompt.push(char::from_u32(v).unwrap());
                     }
@@ -65,18 +61,8 @@ fn parse_jsonl_line(line: &str) -> (String, Vec<i32>) {
             c => prompt.push(c),
         }
     }
-    let ids = line
-        .split_once("\"tokens\":[")
-        .expect("tokens")
-        .1
-        .split(']')
-        .next()
-        .unwrap();
-    let ids = ids
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
+    let ids = line.split_once("\"tokens\":[").expect("tokens").1.split(']').next().unwrap();
+    let ids = ids.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
     (prompt, ids)
 }
 
@@ -123,10 +109,8 @@ fn check_vectors(vocab: &Vocab, file: &str) -> (usize, usize) {
             }
         }
     }
-    let expected: Vec<Vec<i32>> = out
-        .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
-        .collect();
+    let expected: Vec<Vec<i32>> =
+        out.lines().map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect()).collect();
     assert_eq!(cases.len(), expected.len(), "{file}: case count");
     let mut ok = 0;
     for (case, want) in cases.iter().zip(&expected) {
@@ -134,10 +118,7 @@ fn check_vectors(vocab: &Vocab, file: &str) -> (usize, usize) {
         if &got == want {
             ok += 1;
         } else {
-            eprintln!(
-                "{file} {:?}\n  want {want:?}\n  got  {got:?}",
-                String::from_utf8_lossy(case)
-            );
+            eprintln!("{file} {:?}\n  want {want:?}\n  got  {got:?}", String::from_utf8_lossy(case));
         }
     }
     (ok, cases.len())
@@ -163,10 +144,7 @@ fn reference_token_files() {
         ("phi-3", "ggml-vocab-phi-3.gguf"),
         ("qwen2", "ggml-vocab-qwen2.gguf"),
         ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
-        (
-            "qwen2.5-coder-0.5b-q4_k_m",
-            "qwen2.5-coder-0.5b-q4_k_m.gguf",
-        ),
+        ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
         ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
     ] {
         let Some(vocab) = load(file) else { continue };
@@ -188,20 +166,12 @@ fn decode_inverts_encode() {
         "\u{1}\u{7f} ctrl\r\n",
         "",
     ];
-    for file in [
-        "ggml-vocab-gpt-2.gguf",
-        "ggml-vocab-qwen2.gguf",
-        "ggml-vocab-llama-spm.gguf",
-        "ggml-vocab-phi-3.gguf",
-    ] {
+    for file in ["ggml-vocab-gpt-2.gguf", "ggml-vocab-qwen2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"]
+    {
         let Some(vocab) = load(file) else { continue };
         for text in texts {
             let ids = vocab.encode(text, vocab.add_bos_default(), false);
-            assert_eq!(
-                String::from_utf8(vocab.decode(&ids, false).unwrap()).unwrap(),
-                text,
-                "{file}"
-            );
+            assert_eq!(String::from_utf8(vocab.decode(&ids, false).unwrap()).unwrap(), text, "{file}");
         }
     }
 }
@@ -212,12 +182,56 @@ fn out_of_range_ids_are_errors() {
         return;
     };
     let err = vocab.decode(&[1, 2, 50257], false).unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "token id 50257 at position 2 is out of range [0, 50257)"
-    );
+    assert_eq!(err, "token id 50257 at position 2 is out of range [0, 50257)");
     assert!(vocab.token_to_piece(-1, false).is_err());
     assert_eq!(vocab.token_to_piece(50256, false).unwrap(), b"");
     assert_eq!(vocab.token_to_piece(50256, true).unwrap(), b"<|endoftext|>");
     assert!(vocab.is_eog(50256));
+}
+
+/// The ids of `"key":[...]` in a line.
+fn ids_field(line: &str, key: &str) -> Vec<i32> {
+    let list = line.split_once(&format!("\"{key}\":[")).expect(key).1.split(']').next().unwrap();
+    list.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
+}
+
+fn hex_field(line: &str) -> Vec<u8> {
+    let hex = line.split_once("\"hex\":\"").expect("hex").1.split('"').next().unwrap();
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+/// t/data/tokenizer-golden: llama.cpp's ids for hard cases (scripts, emoji
+/// sequences, whitespace, control characters, look-alikes, invalid UTF-8).
+#[test]
+fn golden_hard_cases() {
+    for (name, file) in [
+        ("gpt-2", "ggml-vocab-gpt-2.gguf"),
+        ("llama-bpe", "ggml-vocab-llama-bpe.gguf"),
+        ("llama-spm", "ggml-vocab-llama-spm.gguf"),
+        ("phi-3", "ggml-vocab-phi-3.gguf"),
+        ("qwen2", "ggml-vocab-qwen2.gguf"),
+        ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
+        ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
+        ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
+    ] {
+        let Some(vocab) = load(file) else { continue };
+        let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("t/data/tokenizer-golden/{name}.jsonl"));
+        let content = std::fs::read_to_string(golden).unwrap();
+        let (mut ok, mut total) = (0, 0);
+        for line in content.lines() {
+            let text = hex_field(line);
+            for (key, parse_special) in [("plain", false), ("special", true)] {
+                let want = ids_field(line, key);
+                let got = vocab.encode_bytes(&text, EncodeOptions { parse_special, ..Default::default() });
+                total += 1;
+                if got == want {
+                    ok += 1;
+                } else {
+                    eprintln!("{name} {key} {:?}\n  want {want:?}\n  got  {got:?}", String::from_utf8_lossy(&text));
+                }
+            }
+        }
+        eprintln!("golden {name}: {ok}/{total} identical");
+        assert_eq!(ok, total, "{name}");
+    }
 }

@@ -60,9 +60,7 @@ fn read_lenient(bytes: &[u8]) -> (u32, usize) {
 pub fn push_cpt(out: &mut Vec<u8>, cpt: u32) {
     match cpt {
         0..=0x7F => out.push(cpt as u8),
-        0x80..=0x7FF => {
-            out.extend_from_slice(&[0xC0 | (cpt >> 6) as u8, 0x80 | (cpt & 0x3F) as u8])
-        }
+        0x80..=0x7FF => out.extend_from_slice(&[0xC0 | (cpt >> 6) as u8, 0x80 | (cpt & 0x3F) as u8]),
         0x800..=0xFFFF => out.extend_from_slice(&[
             0xE0 | (cpt >> 12) as u8,
             0x80 | ((cpt >> 6) & 0x3F) as u8,
@@ -112,9 +110,7 @@ pub fn regex_view(normalized: &[u8]) -> Cow<'_, str> {
                     i += seq_len(copy[i]);
                 }
             }
-            Cow::Owned(
-                String::from_utf8(copy).expect("normalized text with surrogates replaced is UTF-8"),
-            )
+            Cow::Owned(String::from_utf8(copy).expect("normalized text with surrogates replaced is UTF-8"))
         }
     }
 }
@@ -147,9 +143,7 @@ impl StreamDecoder {
                 }
                 Err(e) => {
                     let valid = start + e.valid_up_to();
-                    out.push_str(
-                        std::str::from_utf8(&self.held[start..valid]).expect("validated prefix"),
-                    );
+                    out.push_str(std::str::from_utf8(&self.held[start..valid]).expect("validated prefix"));
                     match e.error_len() {
                         Some(bad) => {
                             out.push(char::REPLACEMENT_CHARACTER);

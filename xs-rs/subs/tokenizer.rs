@@ -1,0 +1,251 @@
+//! XS subs of Lugh::Tokenizer and Lugh::Tokenizer::Decoder. Option handling
+//! lives in Lugh/Tokenizer.pm.
+use crate::engine::model::Model;
+use crate::engine::tokenizer::utf8::{lossy, StreamDecoder};
+use crate::engine::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
+use crate::engine::Error;
+use crate::glue::{new_object, object_arc, Args, Perl, Ret, Sv};
+use crate::xs_subs;
+use std::sync::{Arc, Mutex};
+
+const CLASS: &str = "Lugh::Tokenizer";
+const DECODER_CLASS: &str = "Lugh::Tokenizer::Decoder";
+
+fn this(args: &Args) -> Result<Arc<Vocab>, Error> {
+    object_arc::<Vocab>(args.perl(), args.get(0), CLASS)
+}
+
+/// A token id argument, checked against the vocabulary.
+fn id_arg(perl: Perl, vocab: &Vocab, sv: Sv) -> Result<i32, Error> {
+    let id = perl.int_arg(sv, "token id")?;
+    if id < 0 || id >= vocab.n_vocab() as i64 {
+        return Err(Error::TokenOutOfRange { pos: None, id, n_vocab: vocab.n_vocab() });
+    }
+    Ok(id as i32)
+}
+
+/// Token ids from an array reference, each checked (the error names its position).
+fn ids_arg(perl: Perl, vocab: &Vocab, sv: Sv) -> Result<Vec<i32>, Error> {
+    let ids = perl.int_array_arg(sv, "token ids")?;
+    ids.iter()
+        .enumerate()
+        .map(|(pos, &id)| {
+            if id < 0 || id >= vocab.n_vocab() as i64 {
+                Err(Error::TokenOutOfRange { pos: Some(pos), id, n_vocab: vocab.n_vocab() })
+            } else {
+                Ok(id as i32)
+            }
+        })
+        .collect()
+}
+
+fn opt_id(perl: Perl, id: Option<i32>) -> Sv {
+    id.map_or(perl.undef(), |id| perl.int(id as i64))
+}
+
+/// Text for perl: characters (malformed UTF-8 as U+FFFD), or the bytes.
+fn text_sv(perl: Perl, bytes: &[u8], as_bytes: bool) -> Sv {
+    if as_bytes {
+        perl.bytes(bytes)
+    } else {
+        perl.str(&lossy(bytes))
+    }
+}
+
+/// The state behind a Lugh::Tokenizer::Decoder.
+struct Decoder {
+    vocab: Arc<Vocab>,
+    state: Mutex<(PieceDecoder, StreamDecoder)>,
+}
+
+fn decoder(args: &Args) -> Result<Arc<Decoder>, Error> {
+    object_arc::<Decoder>(args.perl(), args.get(0), DECODER_CLASS)
+}
+
+xs_subs! { "Lugh::Tokenizer";
+    fn _new(args) as "Lugh::Tokenizer->new" {
+        args.expect(2, 2, c"class, model");
+        let perl = args.perl();
+        let class = perl.string_arg(args.get(0), "class")?;
+        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")?;
+        let vocab = model.vocab()?;
+        Ok(Ret::One(new_object(perl, &class, vocab)))
+    }
+
+    fn _encode(args) as "Lugh::Tokenizer->encode" {
+        args.expect(6, 6, c"self, text, add_bos, add_eos, parse_special, bytes");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let options = EncodeOptions {
+            add_bos: perl.is_true(args.get(2)),
+            add_eos: perl.is_true(args.get(3)),
+            parse_special: perl.is_true(args.get(4)),
+        };
+        if options.add_bos && vocab.bos_id().is_none() {
+            return Err(Error::Argument("add_bos: this vocabulary has no BOS token".into()).into());
+        }
+        if options.add_eos && vocab.eos_id().is_none() {
+            return Err(Error::Argument("add_special: this vocabulary has no EOS token to add".into()).into());
+        }
+        let text = if perl.is_true(args.get(5)) {
+            perl.byte_string_arg(args.get(1), "text")?
+        } else {
+            perl.utf8_text_arg(args.get(1), "text")?
+        };
+        let ids = vocab.encode_bytes(&text, options);
+        Ok(Ret::List(ids.into_iter().map(|id| perl.int(id as i64)).collect()))
+    }
+
+    fn _decode(args) as "Lugh::Tokenizer->decode" {
+        args.expect(4, 4, c"self, ids, special, bytes");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let ids = ids_arg(perl, &vocab, args.get(1))?;
+        let bytes = vocab.decode(&ids, perl.is_true(args.get(2)))?;
+        Ok(Ret::One(text_sv(perl, &bytes, perl.is_true(args.get(3)))))
+    }
+
+    fn _token_to_piece(args) as "Lugh::Tokenizer->token_to_piece" {
+        args.expect(3, 3, c"self, id, special");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let id = id_arg(perl, &vocab, args.get(1))?;
+        Ok(Ret::One(perl.bytes(vocab.piece(id, perl.is_true(args.get(2)))?)))
+    }
+
+    fn token_to_text(args) as "Lugh::Tokenizer->token_to_text" {
+        args.expect(2, 2, c"self, id");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let id = id_arg(perl, &vocab, args.get(1))?;
+        Ok(Ret::One(text_sv(perl, vocab.token_text(id)?, false)))
+    }
+
+    fn text_to_token(args) as "Lugh::Tokenizer->text_to_token" {
+        args.expect(2, 2, c"self, text");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let text = perl.utf8_text_arg(args.get(1), "token text")?;
+        Ok(Ret::One(opt_id(perl, vocab.text_to_token(&text))))
+    }
+
+    fn _type(args) as "Lugh::Tokenizer->type" {
+        args.expect(2, 2, c"self, id");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let id = id_arg(perl, &vocab, args.get(1))?;
+        Ok(Ret::One(perl.str(vocab.token_type(id)?.name())))
+    }
+
+    fn is_eog(args) as "Lugh::Tokenizer->is_eog" {
+        args.expect(2, 2, c"self, id");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let id = perl.int_arg(args.get(1), "token id")?;
+        Ok(Ret::One(perl.bool(i32::try_from(id).is_ok_and(|id| vocab.is_eog(id)))))
+    }
+
+    fn eog_ids(args) as "Lugh::Tokenizer->eog_ids" {
+        args.expect(1, 1, c"self");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        Ok(Ret::List(vocab.eog_ids().iter().map(|&id| perl.int(id as i64)).collect()))
+    }
+
+    fn _info(args) {
+        args.expect(2, 2, c"self, name");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let name = perl.string_arg(args.get(1), "name")?;
+        let ids = vocab.special_ids();
+        Ok(Ret::One(match name.as_str() {
+            "n_vocab" => perl.int(vocab.n_vocab() as i64),
+            "bos_id" => opt_id(perl, ids.bos),
+            "eos_id" => opt_id(perl, ids.eos),
+            "eot_id" => opt_id(perl, ids.eot),
+            "eom_id" => opt_id(perl, ids.eom),
+            "pad_id" => opt_id(perl, ids.pad),
+            "unk_id" => opt_id(perl, ids.unk),
+            "sep_id" => opt_id(perl, ids.sep),
+            "mask_id" => opt_id(perl, ids.mask),
+            "add_bos" => perl.bool(vocab.add_bos_default()),
+            "add_eos" => perl.bool(vocab.add_eos_default()),
+            "add_space_prefix" => perl.bool(vocab.adds_space_prefix()),
+            "algorithm" => perl.str(vocab.algorithm()),
+            "model_name" => perl.str(vocab.model_name()),
+            "pre_tokenizer" => vocab.pre_name().map_or(perl.undef(), |p| perl.str(p)),
+            other => return Err(Error::Argument(format!("unknown tokenizer property '{other}'")).into()),
+        }))
+    }
+
+    fn _decoder(args) as "Lugh::Tokenizer->decoder" {
+        args.expect(2, 2, c"self, special");
+        let vocab = this(args)?;
+        let perl = args.perl();
+        let piece_decoder = vocab.piece_decoder(perl.is_true(args.get(1)));
+        let state = Decoder { vocab, state: Mutex::new((piece_decoder, StreamDecoder::default())) };
+        Ok(Ret::One(new_object(perl, DECODER_CLASS, Arc::new(state))))
+    }
+}
+
+/// The XS subs of Lugh::Tokenizer::Decoder.
+pub mod decoder_subs {
+    use super::*;
+
+    xs_subs! { "Lugh::Tokenizer::Decoder";
+        fn add(args) as "Lugh::Tokenizer::Decoder->add" {
+            if args.is_empty() {
+                return Err(Error::Argument("Usage: $decoder->add(@ids)".into()).into());
+            }
+            let d = decoder(args)?;
+            let perl = args.perl();
+            let ids: Vec<i32> = (1..args.len())
+                .map(|i| {
+                    id_arg(perl, &d.vocab, args.get(i)).map_err(|e| match e {
+                        Error::TokenOutOfRange { id, n_vocab, .. } => {
+                            Error::TokenOutOfRange { pos: Some(i - 1), id, n_vocab }
+                        }
+                        other => other,
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let mut text = String::new();
+            let mut guard = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let (pieces, stream) = &mut *guard;
+            for id in ids {
+                stream.push(pieces.next(&d.vocab, id)?, &mut text);
+            }
+            drop(guard);
+            Ok(Ret::One(perl.str(&text)))
+        }
+
+        fn flush(args) as "Lugh::Tokenizer::Decoder->flush" {
+            args.expect(1, 1, c"self");
+            let d = decoder(args)?;
+            let mut text = String::new();
+            let mut guard = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            guard.1.finish(&mut text);
+            let special = guard.0.special();
+            guard.0 = d.vocab.piece_decoder(special);
+            drop(guard);
+            Ok(Ret::One(args.perl().str(&text)))
+        }
+
+        fn pending(args) as "Lugh::Tokenizer::Decoder->pending" {
+            args.expect(1, 1, c"self");
+            let d = decoder(args)?;
+            let held = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).1.pending().to_vec();
+            Ok(Ret::One(args.perl().bytes(&held)))
+        }
+
+        fn reset(args) as "Lugh::Tokenizer::Decoder->reset" {
+            args.expect(1, 1, c"self");
+            let d = decoder(args)?;
+            let mut guard = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let special = guard.0.special();
+            *guard = (d.vocab.piece_decoder(special), StreamDecoder::default());
+            drop(guard);
+            Ok(Ret::Empty)
+        }
+    }
+}
