@@ -31,7 +31,12 @@ fn open(name: &str) -> Option<Arc<Model>> {
 
 fn session(model: &Arc<Model>, flash: bool, n_ctx: usize) -> Inference {
     let opts = InferenceOptions {
-        n_threads: Some(2),
+        n_threads: Some(
+            std::env::var("LUGH_TEST_THREADS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(2),
+        ),
         n_ctx: Some(n_ctx),
         flash_attn: Some(if flash { FlashAttn::Enabled } else { FlashAttn::Disabled }),
         ..Default::default()
@@ -378,4 +383,50 @@ fn forward_all_has_one_row_per_token_and_chunks_agree() {
     let b = inf.forward(&mut c2, SENTENCE, Output::Last, None).unwrap();
     assert_eq!(b.len(), 1);
     assert!(max_diff(a.last().unwrap(), &b[0]) <= 0.02);
+}
+
+/// Speed of prompt processing (64 tokens on an empty cache) and generation
+/// (32 single-token forwards), as llama-bench's pp64/tg32 measure them:
+/// `cargo test --release -- --ignored --nocapture bench_pp64_tg32`
+/// (LUGH_BENCH_MODEL picks the model file, LUGH_BENCH_THREADS the threads).
+#[test]
+#[ignore]
+fn bench_pp64_tg32() {
+    let name = std::env::var("LUGH_BENCH_MODEL").unwrap_or_else(|_| MODELS[0].to_string());
+    let Some(model) = open(&name) else { return };
+    let threads = std::env::var("LUGH_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(physical_cores);
+    let opts = InferenceOptions {
+        n_threads: Some(threads),
+        n_ctx: Some(1024),
+        ..Default::default()
+    };
+    let inf = Inference::new(Arc::clone(&model), opts).unwrap();
+    let n = inf.n_vocab() as i32;
+    let prompt: Vec<i32> = (0..64).map(|i| (i * 7919 + 13) % n).collect();
+    let mut pool = inf.new_pool().unwrap();
+    let mut best_pp = f64::MAX;
+    let mut best_tg = f64::MAX;
+    for _ in 0..3 {
+        let mut cache = inf.new_cache().unwrap();
+        let t = std::time::Instant::now();
+        inf.forward(&mut cache, &prompt, Output::Last, Some(&mut pool)).unwrap();
+        best_pp = best_pp.min(t.elapsed().as_secs_f64());
+        cache.clear();
+        inf.forward(&mut cache, &prompt[..1], Output::Last, Some(&mut pool))
+            .unwrap();
+        let t = std::time::Instant::now();
+        for i in 0..32 {
+            inf.forward(&mut cache, &prompt[i..i + 1], Output::Last, Some(&mut pool))
+                .unwrap();
+        }
+        best_tg = best_tg.min(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "lugh {name} threads {threads}: pp64 {:.2} t/s, tg32 {:.2} t/s",
+        64.0 / best_pp,
+        32.0 / best_tg
+    );
 }
