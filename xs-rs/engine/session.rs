@@ -9,7 +9,6 @@
 use super::generate::{self, CachedSession, GenerateOptions, TokenText};
 use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
 use super::model::Model;
-use super::tokenizer::Vocab;
 use super::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,8 +23,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub struct Session {
     pub engine: Inference,
-    /// Built on first use (generate needs it; plain forwards do not).
-    vocab: Mutex<Option<Arc<Vocab>>>,
     scratch_caches: Mutex<Vec<KvCache>>,
     scratch_pool: Mutex<Option<ComputePool>>,
 }
@@ -68,21 +65,9 @@ impl Session {
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
         Ok(Session {
             engine: Inference::new(model, options)?,
-            vocab: Mutex::new(None),
             scratch_caches: Mutex::new(Vec::new()),
             scratch_pool: Mutex::new(None),
         })
-    }
-
-    /// The model's vocabulary, built once.
-    pub fn vocab(&self) -> Result<Arc<Vocab>> {
-        let mut slot = lock(&self.vocab);
-        if let Some(v) = slot.as_ref() {
-            return Ok(v.clone());
-        }
-        let vocab = Arc::new(Vocab::from_gguf(&self.engine.model().gguf)?);
-        *slot = Some(vocab.clone());
-        Ok(vocab)
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
@@ -210,7 +195,11 @@ impl Session {
     ) -> std::result::Result<Vec<i32>, E> {
         // The model's own end-of-generation tokens and stop strings need the
         // vocabulary; a user's eos_token alone does not.
-        let vocab = if options.eos_token.is_none() || !options.stop.is_empty() { Some(self.vocab()?) } else { None };
+        let vocab = if options.eos_token.is_none() || !options.stop.is_empty() {
+            Some(self.engine.model().vocab()?)
+        } else {
+            None
+        };
         let mut cache = self.take_scratch(1)?.pop().expect("one cache");
         let taken_pool = lock(&self.scratch_pool).take();
         let mut pool = match taken_pool {
