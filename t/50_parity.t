@@ -30,7 +30,8 @@ for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)
             is($inference->flash_attn, $fa eq 'on' ? 1 : 0, "$name fa-$fa: flash_attn as the file");
             my $worst = 0;
             for my $case (@cases) {
-                my $label = "$name fa-$fa '" . substr($case->{prompt}, 0, 24) . "'";
+                (my $short = substr($case->{prompt}, 0, 24)) =~ s/\n/\\n/g;
+                my $label = "$name fa-$fa '$short'";
                 my @tokens = @{ $case->{tokens} };
                 if ($tokenizer) {
                     is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
