@@ -407,26 +407,49 @@ fn bench_pp64_tg32() {
     let n = inf.n_vocab() as i32;
     let prompt: Vec<i32> = (0..64).map(|i| (i * 7919 + 13) % n).collect();
     let mut pool = inf.new_pool().unwrap();
-    let mut best_pp = f64::MAX;
-    let mut best_tg = f64::MAX;
-    for _ in 0..3 {
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    for rep in 0..6 {
+        // rep 0 warms up; the others are averaged, as llama-bench does
         let mut cache = inf.new_cache().unwrap();
         let t = std::time::Instant::now();
         inf.forward(&mut cache, &prompt, Output::Last, Some(&mut pool)).unwrap();
-        best_pp = best_pp.min(t.elapsed().as_secs_f64());
+        let pp_rate = 64.0 / t.elapsed().as_secs_f64();
         cache.clear();
         inf.forward(&mut cache, &prompt[..1], Output::Last, Some(&mut pool))
             .unwrap();
         let t = std::time::Instant::now();
-        for i in 0..32 {
+        for i in 1..33 {
             inf.forward(&mut cache, &prompt[i..i + 1], Output::Last, Some(&mut pool))
                 .unwrap();
         }
-        best_tg = best_tg.min(t.elapsed().as_secs_f64());
+        if rep > 0 {
+            pp.push(pp_rate);
+            tg.push(32.0 / t.elapsed().as_secs_f64());
+        }
     }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
         "lugh {name} threads {threads}: pp64 {:.2} t/s, tg32 {:.2} t/s",
-        64.0 / best_pp,
-        32.0 / best_tg
+        mean(&pp),
+        mean(&tg)
     );
+}
+
+/// Debug aid: the top logits for given token ids, to compare with llama.cpp's
+/// ref-json on the same prompt: `LUGH_PROBE="model fa(on|off) id,id,..." cargo
+/// test --release -- --ignored --nocapture probe_top_logits`.
+#[test]
+#[ignore]
+fn probe_top_logits() {
+    let Ok(spec) = std::env::var("LUGH_PROBE") else { return };
+    let parts: Vec<&str> = spec.split_whitespace().collect();
+    let Some(model) = open(parts[0]) else { return };
+    let inf = session(&model, parts[1] == "on", 1024);
+    let tokens: Vec<i32> = parts[2].split(',').map(|t| t.parse().unwrap()).collect();
+    let mut cache = inf.new_cache().unwrap();
+    let logits = inf.forward(&mut cache, &tokens, Output::Last, None).unwrap().remove(0);
+    let mut ids: Vec<usize> = (0..logits.len()).collect();
+    ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let top: Vec<String> = ids[..8].iter().map(|&i| format!("[{i},{:.5}]", logits[i])).collect();
+    println!("probe top: {}", top.join(","));
 }
