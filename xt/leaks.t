@@ -32,11 +32,12 @@ for my $n (1 .. $cycles) {
     my @ids = $inference->generate(\@prompt, max_tokens => 3, seed => $n, callback => sub { 0 });
     eval { $inference->generate(\@prompt, max_tokens => 3, callback => sub { die { n => $n } }) };
     eval { $inference->forward([ 99999 ]) };
-    $rss{$n} = rss_kb() if $n == 10 || $n == 100 || $n % 250 == 0;
+    $rss{$n} = rss_kb() if $n == 10 || $n == 100 || $n % 250 == 0 || $n == $cycles;
 }
 diag(sprintf "RSS after %4d cycles: %7.1f MB", $_, $rss{$_} / 1024) for sort { $a <=> $b } keys %rss;
-my $growth = ($rss{$cycles} - $rss{100}) / 1024;
-diag(sprintf "growth from cycle 100 to %d: %.1f MB", $cycles, $growth);
+my $base = $cycles >= 100 ? 100 : 10;
+my $growth = ($rss{$cycles} - $rss{$base}) / 1024;
+diag(sprintf "growth from cycle %d to %d: %.1f MB", $base, $cycles, $growth);
 cmp_ok($growth, '<', 8, 'RSS flat (under 8 MB of growth over the cycles after warm-up)');
 
 done_testing;

@@ -52,8 +52,12 @@ impl LogitsSource for CachedSession<'_> {
         self.inference.n_batch()
     }
     fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
-        let mut logits = self.inference.forward(self.cache, tokens, Output::Last, self.pool.as_deref_mut())?;
-        logits.pop().ok_or_else(|| Error::Ggml("the forward pass returned no logits".into()))
+        let mut logits = self
+            .inference
+            .forward(self.cache, tokens, Output::Last, self.pool.as_deref_mut())?;
+        logits
+            .pop()
+            .ok_or_else(|| Error::Ggml("the forward pass returned no logits".into()))
     }
 }
 
@@ -70,7 +74,12 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampler: SamplerOptions::default(), eos_token: None, stop: Vec::new() }
+        GenerateOptions {
+            max_tokens: 128,
+            sampler: SamplerOptions::default(),
+            eos_token: None,
+            stop: Vec::new(),
+        }
     }
 }
 
@@ -87,7 +96,11 @@ impl StopMatcher {
     fn new(stops: &[String]) -> StopMatcher {
         let stops: Vec<Vec<u8>> = stops.iter().map(|s| s.as_bytes().to_vec()).collect();
         let longest = stops.iter().map(Vec::len).max().unwrap_or(0);
-        StopMatcher { stops, text: Vec::new(), longest }
+        StopMatcher {
+            stops,
+            text: Vec::new(),
+            longest,
+        }
     }
 
     /// Adds a piece; true when a stop string now appears.
@@ -95,7 +108,9 @@ impl StopMatcher {
         let start = self.text.len().saturating_sub(self.longest.saturating_sub(1));
         self.text.extend_from_slice(piece);
         let window = &self.text[start..];
-        self.stops.iter().any(|s| window.windows(s.len()).any(|w| w == s.as_slice()))
+        self.stops
+            .iter()
+            .any(|s| window.windows(s.len()).any(|w| w == s.as_slice()))
     }
 }
 
@@ -165,7 +180,9 @@ fn check(
         return Err(Error::Argument("stop strings must not be empty".into()));
     }
     if tokens.is_none() && (options.eos_token.is_none() || !options.stop.is_empty()) {
-        return Err(Error::Argument("the model has no usable vocabulary: give eos_token and no stop strings".into()));
+        return Err(Error::Argument(
+            "the model has no usable vocabulary: give eos_token and no stop strings".into(),
+        ));
     }
     // Every generated token but the last is fed back.
     let needed = prompt.len() + options.max_tokens.saturating_sub(1);
@@ -222,7 +239,10 @@ mod tests {
     fn greedy(max_tokens: usize) -> GenerateOptions {
         GenerateOptions {
             max_tokens,
-            sampler: SamplerOptions { greedy: true, ..SamplerOptions::default() },
+            sampler: SamplerOptions {
+                greedy: true,
+                ..SamplerOptions::default()
+            },
             ..GenerateOptions::default()
         }
     }
@@ -232,7 +252,11 @@ mod tests {
         options: &GenerateOptions,
         cb: impl FnMut(i32, usize) -> std::result::Result<bool, Error>,
     ) -> (Result<Vec<i32>>, Counter) {
-        let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
+        let mut model = Counter {
+            n_ctx: 64,
+            seen: vec![],
+            calls: vec![],
+        };
         let out = generate(&mut model, Some(&Letters), prompt, options, cb);
         (out, model)
     }
@@ -248,10 +272,16 @@ mod tests {
     fn stops_at_eog_without_returning_it() {
         let (out, _) = run(&[4], &greedy(10), |_, _| Ok(false));
         assert_eq!(out.unwrap(), vec![5, 6]);
-        let options = GenerateOptions { eos_token: Some(6), ..greedy(10) };
+        let options = GenerateOptions {
+            eos_token: Some(6),
+            ..greedy(10)
+        };
         let (out, _) = run(&[2], &options, |_, _| Ok(false));
         assert_eq!(out.unwrap(), vec![3, 4, 5], "eos_token wins over the model's");
-        let options = GenerateOptions { eos_token: Some(3), ..greedy(10) };
+        let options = GenerateOptions {
+            eos_token: Some(3),
+            ..greedy(10)
+        };
         let (out, _) = run(&[4], &options, |_, _| Ok(false));
         assert_eq!(out.unwrap(), vec![5, 6, 7, 0, 1, 2], "the model's EOG no longer stops");
     }
@@ -269,18 +299,29 @@ mod tests {
 
     #[test]
     fn callback_error_comes_back_unchanged() {
-        let (out, model) =
-            run(&[0], &greedy(10), |_, n| if n == 2 { Err(Error::Argument("boom".into())) } else { Ok(false) });
+        let (out, model) = run(&[0], &greedy(10), |_, n| {
+            if n == 2 {
+                Err(Error::Argument("boom".into()))
+            } else {
+                Ok(false)
+            }
+        });
         assert_eq!(out.unwrap_err().to_string(), "boom");
         assert_eq!(model.calls, vec![1, 1], "no forward after the error");
     }
 
     #[test]
     fn stop_strings_span_tokens() {
-        let options = GenerateOptions { stop: vec!["cd".into()], ..greedy(10) };
+        let options = GenerateOptions {
+            stop: vec!["cd".into()],
+            ..greedy(10)
+        };
         let (out, _) = run(&[0], &options, |_, _| Ok(false));
         assert_eq!(out.unwrap(), vec![1, 2, 3], "b c d: 'cd' spans tokens 2 and 3");
-        let options = GenerateOptions { stop: vec!["zz".into(), "bcde".into()], ..greedy(10) };
+        let options = GenerateOptions {
+            stop: vec!["zz".into(), "bcde".into()],
+            ..greedy(10)
+        };
         let (out, _) = run(&[0], &options, |_, _| Ok(false));
         assert_eq!(out.unwrap(), vec![1, 2, 3, 4]);
     }
@@ -290,7 +331,13 @@ mod tests {
         for (prompt, options) in [
             (vec![], greedy(3)),
             (vec![0; 60], greedy(10)),
-            (vec![0], GenerateOptions { stop: vec![String::new()], ..greedy(3) }),
+            (
+                vec![0],
+                GenerateOptions {
+                    stop: vec![String::new()],
+                    ..greedy(3)
+                },
+            ),
         ] {
             let (out, model) = run(&prompt, &options, |_, _| Ok(false));
             assert!(out.is_err());

@@ -27,7 +27,9 @@ impl Rng {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^ (z >> 31)
         };
-        Rng { s: [splitmix(), splitmix(), splitmix(), splitmix()] }
+        Rng {
+            s: [splitmix(), splitmix(), splitmix(), splitmix()],
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -55,7 +57,9 @@ static DEFAULT_RNG: Mutex<Option<Rng>> = Mutex::new(None);
 
 /// A seed from the clock and the process id (for unseeded runs).
 pub fn entropy_seed() -> u64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     Rng::new(nanos ^ ((std::process::id() as u64) << 32)).next_u64()
 }
 
@@ -148,7 +152,9 @@ impl Candidates {
 
     /// Ordering of candidates: higher logit first, then lower id.
     fn better(&self, a: usize, b: usize) -> std::cmp::Ordering {
-        self.logits[b].total_cmp(&self.logits[a]).then(self.ids[a].cmp(&self.ids[b]))
+        self.logits[b]
+            .total_cmp(&self.logits[a])
+            .then(self.ids[a].cmp(&self.ids[b]))
     }
 
     /// The index of the highest logit (the lowest id among equals).
@@ -193,7 +199,12 @@ impl Penalties {
                 _ => counts.push((id, 1)),
             }
         }
-        Penalties { repeat, presence, frequency, counts }
+        Penalties {
+            repeat,
+            presence,
+            frequency,
+            counts,
+        }
     }
 }
 
@@ -428,7 +439,10 @@ mod tests {
     use super::*;
 
     fn opts() -> SamplerOptions {
-        SamplerOptions { seed: Some(1), ..SamplerOptions::default() }
+        SamplerOptions {
+            seed: Some(1),
+            ..SamplerOptions::default()
+        }
     }
 
     #[test]
@@ -447,7 +461,11 @@ mod tests {
         let logits = [0.1, 3.0, 2.9, -1.0];
         let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
         assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
-        let mut s = Sampler::new(SamplerOptions { temperature: 0.0, ..opts() }).unwrap();
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 0.0,
+            ..opts()
+        })
+        .unwrap();
         assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
         // Ties: the lower id.
         assert_eq!(s.sample(&[1.0, 5.0, 5.0], &[]).unwrap(), 1);
@@ -455,7 +473,12 @@ mod tests {
 
     #[test]
     fn top_k_one_is_deterministic() {
-        let mut s = Sampler::new(SamplerOptions { top_k: 1, temperature: 5.0, ..opts() }).unwrap();
+        let mut s = Sampler::new(SamplerOptions {
+            top_k: 1,
+            temperature: 5.0,
+            ..opts()
+        })
+        .unwrap();
         for _ in 0..20 {
             assert_eq!(s.sample(&[0.0, 1.0, 0.5], &[]).unwrap(), 1);
         }
@@ -491,7 +514,12 @@ mod tests {
 
     #[test]
     fn repeat_penalty_changes_greedy_choice() {
-        let mut s = Sampler::new(SamplerOptions { greedy: true, repeat_penalty: 2.0, ..opts() }).unwrap();
+        let mut s = Sampler::new(SamplerOptions {
+            greedy: true,
+            repeat_penalty: 2.0,
+            ..opts()
+        })
+        .unwrap();
         assert_eq!(s.sample(&[3.0, 2.0], &[0]).unwrap(), 1);
     }
 
@@ -499,14 +527,28 @@ mod tests {
     fn seeded_draws_repeat_and_follow_the_distribution() {
         let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
         let run = |seed| {
-            let mut s = Sampler::new(SamplerOptions { seed: Some(seed), top_k: 0, top_p: 1.0, ..opts() }).unwrap();
+            let mut s = Sampler::new(SamplerOptions {
+                seed: Some(seed),
+                top_k: 0,
+                top_p: 1.0,
+                ..opts()
+            })
+            .unwrap();
             (0..30).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
         };
         assert_eq!(run(5), run(5));
         assert_ne!(run(5), run(6));
         // Two tokens, logits ln(3) and 0 at temperature 1: about 3:1.
-        let mut s = Sampler::new(SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, ..opts() }).unwrap();
-        let firsts = (0..20_000).filter(|_| s.sample(&[3f32.ln(), 0.0], &[]).unwrap() == 0).count();
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            ..opts()
+        })
+        .unwrap();
+        let firsts = (0..20_000)
+            .filter(|_| s.sample(&[3f32.ln(), 0.0], &[]).unwrap() == 0)
+            .count();
         assert!((firsts as f64 / 20_000.0 - 0.75).abs() < 0.02, "{firsts}");
     }
 
@@ -521,12 +563,21 @@ mod tests {
     #[test]
     fn bad_values_are_rejected() {
         for o in [
-            SamplerOptions { temperature: -1.0, ..opts() },
+            SamplerOptions {
+                temperature: -1.0,
+                ..opts()
+            },
             SamplerOptions { top_p: 0.0, ..opts() },
             SamplerOptions { top_p: 1.5, ..opts() },
             SamplerOptions { min_p: 2.0, ..opts() },
-            SamplerOptions { repeat_penalty: 0.0, ..opts() },
-            SamplerOptions { temperature: f32::NAN, ..opts() },
+            SamplerOptions {
+                repeat_penalty: 0.0,
+                ..opts()
+            },
+            SamplerOptions {
+                temperature: f32::NAN,
+                ..opts()
+            },
         ] {
             assert!(Sampler::new(o).is_err());
         }

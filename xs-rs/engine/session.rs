@@ -45,7 +45,9 @@ const LOST: &str = "this KV cache was lost to an internal error; create a new on
 impl CacheHandle {
     /// Runs `f` on the cache.
     pub fn with<R>(&self, f: impl FnOnce(&mut KvCache) -> Result<R>) -> Result<R> {
-        lock(&self.cache).as_mut().map_or_else(|| Err(Error::Argument(LOST.into())), f)
+        lock(&self.cache)
+            .as_mut()
+            .map_or_else(|| Err(Error::Argument(LOST.into())), f)
     }
     pub fn session(&self) -> &Arc<Session> {
         &self.session
@@ -71,18 +73,26 @@ impl Session {
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
-        Ok(CacheHandle { session: self.clone(), cache: Mutex::new(Some(self.engine.new_cache()?)) })
+        Ok(CacheHandle {
+            session: self.clone(),
+            cache: Mutex::new(Some(self.engine.new_cache()?)),
+        })
     }
 
     pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
-        Ok(PoolHandle { session: self.clone(), pool: Mutex::new(self.engine.new_pool()?) })
+        Ok(PoolHandle {
+            session: self.clone(),
+            pool: Mutex::new(self.engine.new_pool()?),
+        })
     }
 
     fn check_owner(&self, owner: &Arc<Session>, what: &str) -> Result<()> {
         if std::ptr::eq(Arc::as_ptr(owner), self) {
             Ok(())
         } else {
-            Err(Error::Argument(format!("the {what} belongs to another Lugh::Inference object")))
+            Err(Error::Argument(format!(
+                "the {what} belongs to another Lugh::Inference object"
+            )))
         }
     }
 
@@ -206,7 +216,11 @@ impl Session {
             Some(p) => p,
             None => self.engine.new_pool()?,
         };
-        let mut source = CachedSession { inference: &self.engine, cache: &mut cache, pool: Some(&mut pool) };
+        let mut source = CachedSession {
+            inference: &self.engine,
+            cache: &mut cache,
+            pool: Some(&mut pool),
+        };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_token);
         *lock(&self.scratch_pool) = Some(pool);
