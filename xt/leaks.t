@@ -32,9 +32,10 @@ for my $n (1 .. $cycles) {
     my @ids = $inference->generate(\@prompt, max_tokens => 3, seed => $n, callback => sub { 0 });
     eval { $inference->generate(\@prompt, max_tokens => 3, callback => sub { die { n => $n } }) };
     eval { $inference->forward([ 99999 ]) };
-    $rss{$n} = rss_kb() if $n == 10 || $n == 100 || $n % 250 == 0 || $n == $cycles;
+    next unless $n == 10 || $n == 100 || $n % 250 == 0 || $n == $cycles;
+    $rss{$n} = rss_kb();
+    diag(sprintf "RSS after %4d cycles: %7.1f MB", $n, $rss{$n} / 1024);
 }
-diag(sprintf "RSS after %4d cycles: %7.1f MB", $_, $rss{$_} / 1024) for sort { $a <=> $b } keys %rss;
 my $base = $cycles >= 100 ? 100 : 10;
 my $growth = ($rss{$cycles} - $rss{$base}) / 1024;
 diag(sprintf "growth from cycle %d to %d: %.1f MB", $base, $cycles, $growth);
