@@ -17,6 +17,8 @@ fn main() {
     println!("cargo:rerun-if-changed=xs-rs/glue/shim.c");
     println!("cargo:rerun-if-env-changed=PERL");
     println!("cargo:rerun-if-env-changed=LUGH_GGML_DIR");
+    println!("cargo:rerun-if-env-changed=LUGH_CPU_PORTABLE");
+    println!("cargo:rerun-if-env-changed=LUGH_CPU_AMX");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let ggml = ggml_source_dir();
     build_ggml(&ggml, &out);
@@ -101,8 +103,22 @@ fn build_ggml(g: &Path, out: &Path) {
         if cpu {
             b.include(g.join("src/ggml-cpu")).define("GGML_USE_CPU_REPACK", None).define("GGML_USE_LLAMAFILE", None);
             match arch.as_str() {
-                // ggml's portable x86-64 build (GGML_NATIVE=OFF with AVX2): the
-                // flags its CMake sets for that variant.
+                // llama.cpp's default build (GGML_NATIVE=ON): the kernels of the
+                // machine it is built on (AVX-512 ...), so that Lugh computes
+                // what a llama.cpp built there computes. Without AMX: GCC 12
+                // drops the tile-config stores in ggml's AMX kernels (they
+                // fault), and llama.cpp's reference outputs are those of the
+                // AVX-512 kernels. LUGH_CPU_AMX=1 keeps AMX.
+                "x86_64" if env::var("LUGH_CPU_PORTABLE").is_err() => {
+                    b.flag("-march=native");
+                    if env::var("LUGH_CPU_AMX").is_err() {
+                        for f in ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"] {
+                            b.flag(f);
+                        }
+                    }
+                }
+                // LUGH_CPU_PORTABLE=1: ggml's portable x86-64 build
+                // (GGML_NATIVE=OFF with AVX2): the flags its CMake sets for that variant.
                 "x86_64" => {
                     for d in ["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"] {
                         b.define(d, None);

@@ -21,8 +21,17 @@ sub _croak {
 
 require Lugh::Model;
 require Lugh::Tokenizer;
+require Lugh::Inference;
+require Lugh::KVCache;
+require Lugh::MemoryPool;
 
 sub version { return $VERSION }
+
+# Seeds Lugh's default random generator (sampling without a seed option).
+sub srand {
+    Lugh::_croak('Usage: Lugh::srand($seed)') if @_ > 1;
+    return _srand($_[0]);
+}
 
 sub backend_info {
     my ($name) = @_;
@@ -97,6 +106,19 @@ else the CPU.
 A hash reference C<< {name, type, is_gpu, device_count, description} >> for an
 available backend, or undef for one that is not. C<type> is the kind of its
 first device: C<CPU>, C<GPU>, C<IGPU> or C<ACCEL>.
+
+=head2 srand
+
+    Lugh::srand(42);                                    # reproducible from here on
+    my $id   = $inference->sample(\@logits);
+    my $seed = Lugh::srand();                           # a fresh seed, returned
+
+Seeds the generator that sampling uses when a call gives no C<seed> option
+(L<Lugh::Inference/sample>, L<Lugh::Inference/generate>): after
+C<Lugh::srand($n)>, the same sequence of unseeded calls gives the same
+tokens. Without an argument it seeds from the clock and the process id.
+Returns the seed (an integer >= 0). Perl's own C<srand> and C<rand> are not
+touched, nor used by Lugh.
 
 =head1 ENVIRONMENT
 

@@ -30,6 +30,12 @@ pub enum Error {
     UnsupportedTokenizer(String),
     /// A token id outside the vocabulary (`pos`: its index in the input).
     TokenOutOfRange { pos: Option<usize>, id: i64, n_vocab: usize },
+    /// The model's architecture has no row in engine/arch.rs.
+    UnsupportedArchitecture { name: String, supported: Vec<&'static str> },
+    /// A tensor the architecture requires is not in the file.
+    MissingTensor { path: PathBuf, name: String, arch: &'static str },
+    /// More tokens than the KV cache has room for.
+    KvOverflow { needed: usize, capacity: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,6 +70,18 @@ impl fmt::Display for Error {
                 let at = pos.map(|p| format!(" at position {p}")).unwrap_or_default();
                 write!(f, "token id {id}{at} is out of range [0, {n_vocab})")
             }
+            Error::UnsupportedArchitecture { name, supported } => write!(
+                f,
+                "architecture '{name}' is not supported (supported: {})",
+                supported.join(", ")
+            ),
+            Error::MissingTensor { path, name, arch } => {
+                write!(f, "'{}': tensor {name} is missing (architecture {arch})", path.display())
+            }
+            Error::KvOverflow { needed, capacity } => write!(
+                f,
+                "the KV cache holds {capacity} positions but {needed} are needed (create the session with a larger n_ctx, or clear/resize the cache)"
+            ),
         }
     }
 }

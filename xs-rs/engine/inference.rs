@@ -1,12 +1,22 @@
 //! Inference sessions: the contract between the forward pass (graph, weights,
 //! KV cache on a ggml backend) and the perl-facing layer (Lugh::Inference).
 //!
-//! CONTRACT FIRST: the signatures below are what subs/inference.rs codes
-//! against; the bodies are filled in by the forward-pass work (issue #4).
-#![allow(dead_code, unused_variables)]
+//! A session holds what lives as long as it does (hyperparameters, weights on
+//! the device, the backend); the mutable state of a conversation lives in a
+//! `KvCache`, and the compute allocation in a `ComputePool`.
+use super::arch::{self, ArchSpec, HParams};
+use super::compute::BatchShape;
+use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
+use super::ggml_runtime::{self as rt, Backend, Device};
+use super::graph::{causal_mask, mask_bytes, Blueprint, ForwardGraph, Segment};
+use super::kv_cache::CacheLayout;
 use super::model::Model;
+use super::weights::ModelWeights;
 use super::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+pub use super::compute::ComputePool;
+pub use super::kv_cache::KvCache;
 
 /// Flash attention: `Auto` resolves as llama.cpp does (on for the CPU backend
 /// when the model's head sizes allow it).
@@ -44,7 +54,44 @@ pub struct InferenceOptions {
 /// One inference session over a model on one backend. Shareable between
 /// threads of Rust (`Send + Sync`); mutable state lives in KvCache/ComputePool.
 pub struct Inference {
+    // Drop order: pools and weights before the backend, all before the model.
+    default_pool: Mutex<ComputePool>,
+    weights: ModelWeights,
+    backend: Mutex<Backend>,
+    device: Device,
+    backend_name: String,
+    spec: &'static ArchSpec,
+    hp: HParams,
+    n_threads: usize,
+    n_ctx: usize,
+    n_batch: usize,
+    flash_attn: bool,
     model: Arc<Model>,
+}
+
+/// The number of physical cores (distinct core/package pairs in sysfs),
+/// else the number of CPUs the process may use.
+pub fn physical_cores() -> usize {
+    let mut cores = std::collections::HashSet::new();
+    if let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu") {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.strip_prefix("cpu").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+                continue;
+            }
+            let topo = entry.path().join("topology");
+            let read = |f: &str| std::fs::read_to_string(topo.join(f)).ok().map(|s| s.trim().to_string());
+            if let (Some(core), Some(pkg)) = (read("core_id"), read("physical_package_id")) {
+                cores.insert((pkg, core));
+            }
+        }
+    }
+    let available = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cores.is_empty() {
+        available
+    } else {
+        cores.len().min(available)
+    }
 }
 
 impl Inference {
@@ -52,43 +99,148 @@ impl Inference {
     /// options and the backend (unknown/unavailable → Error listing those
     /// available), and uploads or maps the weights.
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Inference> {
-        Err(Error::Backend("inference is not built yet".into()))
+        let arch_name = model.architecture().unwrap_or("(none: general.architecture is missing)").to_string();
+        let spec = arch::spec_for(&arch_name)?;
+        let hp = HParams::load(&model, spec)?;
+
+        let available = super::backend::available();
+        let list = || available.iter().map(|b| b.name.clone()).collect::<Vec<_>>().join(", ");
+        let backend_name = match options.backend.as_deref() {
+            None | Some("auto") => super::backend::best()
+                .map(|b| b.name)
+                .ok_or_else(|| Error::Backend("no compute backend is available".into()))?,
+            Some(name) => super::backend::find(name)
+                .map(|b| b.name)
+                .ok_or_else(|| Error::Backend(format!("backend '{name}' is not available (available: {})", list())))?,
+        };
+        let device = Device::by_backend_name(&backend_name)
+            .ok_or_else(|| Error::Backend(format!("backend '{backend_name}' has no device (available: {})", list())))?;
+
+        let n_threads = match options.n_threads {
+            Some(0) => return Err(Error::Argument("n_threads must be at least 1".into())),
+            Some(n) => n,
+            None => physical_cores(),
+        };
+        let n_ctx = match options.n_ctx {
+            Some(0) => return Err(Error::Argument("n_ctx must be at least 1".into())),
+            Some(n) => n,
+            None => hp.n_ctx_train.min(4096),
+        };
+        let n_batch = match options.n_batch {
+            Some(0) => return Err(Error::Argument("n_batch must be at least 1".into())),
+            Some(n) => n,
+            None => 512,
+        };
+        let flash_attn = match options.flash_attn.unwrap_or(FlashAttn::Auto) {
+            FlashAttn::Enabled => true,
+            FlashAttn::Disabled => false,
+            FlashAttn::Auto => flash_attn_supported(device, &hp),
+        };
+
+        let backend = device
+            .init_backend()
+            .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
+        backend.set_n_threads(n_threads);
+        let weights = ModelWeights::load(&model, spec, &hp, device)?;
+        let default_pool = ComputePool::new(backend.default_buffer_type(), backend_name.clone());
+        Ok(Inference {
+            default_pool: Mutex::new(default_pool),
+            weights,
+            backend: Mutex::new(backend),
+            device,
+            backend_name,
+            spec,
+            hp,
+            n_threads,
+            n_ctx,
+            n_batch,
+            flash_attn,
+            model,
+        })
     }
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
     pub fn backend_name(&self) -> &str {
-        todo!()
+        &self.backend_name
     }
     pub fn n_threads(&self) -> usize {
-        todo!()
+        self.n_threads
     }
     pub fn n_ctx(&self) -> usize {
-        todo!()
+        self.n_ctx
     }
     pub fn n_batch(&self) -> usize {
-        todo!()
+        self.n_batch
     }
     /// The resolved flash-attention setting.
     pub fn flash_attn(&self) -> bool {
-        todo!()
+        self.flash_attn
     }
     pub fn n_vocab(&self) -> usize {
-        todo!()
+        self.hp.n_vocab
     }
     pub fn n_layer(&self) -> usize {
-        todo!()
+        self.hp.n_layer
+    }
+    pub fn architecture(&self) -> &'static str {
+        self.spec.name
+    }
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+    /// (buffer type, bytes) of each weights buffer, e.g. ("CPU_REPACK", ...).
+    pub fn weight_placement(&self) -> &[(String, usize)] {
+        &self.weights.placement
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        let hp = &self.hp;
+        CacheLayout {
+            n_layer: hp.n_layer,
+            n_embd_k_gqa: hp.n_embd_k_gqa(),
+            n_embd_v_gqa: hp.n_embd_v_gqa(),
+            head_dim_k: hp.head_dim_k,
+            head_dim_v: hp.head_dim_v,
+            n_head_kv: hp.n_head_kv,
+            kv_size: self.n_ctx.div_ceil(super::kv_cache::KV_PAD) * super::kv_cache::KV_PAD,
+            v_trans: !self.flash_attn,
+        }
     }
 
     /// An empty KV cache of n_ctx positions (f16 K/V, like llama.cpp).
     pub fn new_cache(&self) -> Result<KvCache> {
-        todo!()
+        KvCache::new(self.cache_layout(), self.n_ctx, self.device.buffer_type())
     }
 
     /// A reusable compute allocation for forward passes.
     pub fn new_pool(&self) -> Result<ComputePool> {
-        todo!()
+        let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(ComputePool::new(backend.default_buffer_type(), self.backend_name.clone()))
+    }
+
+    fn check_tokens(&self, tokens: &[i32], what: &str) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::Argument(format!("{what} is empty: at least one token is needed")));
+        }
+        let n_vocab = self.hp.n_vocab;
+        if let Some((pos, &id)) = tokens.iter().enumerate().find(|&(_, &id)| id < 0 || id as usize >= n_vocab) {
+            return Err(Error::TokenOutOfRange { pos: Some(pos), id: id as i64, n_vocab });
+        }
+        Ok(())
+    }
+
+    fn check_cache(&self, cache: &KvCache, n_new: usize) -> Result<()> {
+        if *cache.layout() != self.cache_layout() || cache.n_ctx() != self.n_ctx {
+            return Err(Error::Argument(
+                "the KV cache was made by a session with another model or other settings".into(),
+            ));
+        }
+        if n_new > cache.free_cells() {
+            return Err(Error::KvOverflow { needed: cache.n_cached() + n_new, capacity: cache.n_ctx() });
+        }
+        Ok(())
     }
 
     /// Appends `tokens` to `cache` and returns the logits (Output::Last: one
@@ -103,7 +255,27 @@ impl Inference {
         output: Output,
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
-        todo!()
+        self.check_tokens(tokens, "the token list")?;
+        self.check_cache(cache, tokens.len())?;
+        let mut guard;
+        let pool = match pool {
+            Some(p) => p,
+            None => {
+                guard = self.default_pool.lock().unwrap_or_else(|e| e.into_inner());
+                &mut *guard
+            }
+        };
+        let mut result = Vec::new();
+        for chunk in tokens.chunks(self.n_batch) {
+            let all = output == Output::All;
+            let logits = self.run_step(&mut [(&mut *cache, chunk)], all, pool)?;
+            if all {
+                result.extend(logits);
+            } else {
+                result = logits;
+            }
+        }
+        Ok(result)
     }
 
     /// Evaluates several sequences together in one graph per step, each masked
@@ -115,46 +287,150 @@ impl Inference {
         sequences: &[Vec<i32>],
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
-        todo!()
+        if sequences.is_empty() {
+            return Err(Error::Argument("no sequences given: at least one is needed".into()));
+        }
+        if caches.len() != sequences.len() {
+            return Err(Error::Argument(format!(
+                "{} sequences but {} KV caches: one cache per sequence is needed",
+                sequences.len(),
+                caches.len()
+            )));
+        }
+        for (i, (seq, cache)) in sequences.iter().zip(caches.iter()).enumerate() {
+            self.check_tokens(seq, &format!("sequence {i}"))?;
+            self.check_cache(cache, seq.len())?;
+        }
+        let mut guard;
+        let pool = match pool {
+            Some(p) => p,
+            None => {
+                guard = self.default_pool.lock().unwrap_or_else(|e| e.into_inner());
+                &mut *guard
+            }
+        };
+        // Each step takes the next share of every unfinished sequence, so a
+        // step has at most about n_batch tokens.
+        let share = (self.n_batch / sequences.len()).max(1);
+        let mut done = vec![0usize; sequences.len()];
+        let mut result = vec![Vec::new(); sequences.len()];
+        loop {
+            let mut step: Vec<(usize, &mut KvCache, &[i32])> = Vec::new();
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let rest = &sequences[i][done[i]..];
+                if !rest.is_empty() {
+                    step.push((i, cache, &rest[..rest.len().min(share)]));
+                }
+            }
+            if step.is_empty() {
+                break;
+            }
+            let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
+            let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
+            let logits = self.run_step(&mut segs, false, pool)?;
+            for ((i, n), l) in ids.into_iter().zip(logits) {
+                done[i] += n;
+                result[i] = l;
+            }
+        }
+        Ok(result)
+    }
+
+    /// One graph evaluation over segments (cache, new tokens): builds the
+    /// graph, allocates it in the pool, fills the inputs, computes, advances
+    /// the caches and returns the output rows (each segment's last token, or
+    /// every token with `all`).
+    fn run_step(
+        &self,
+        segs: &mut [(&mut KvCache, &[i32])],
+        all: bool,
+        pool: &mut ComputePool,
+    ) -> Result<Vec<Vec<f32>>> {
+        let bp = Blueprint { spec: self.spec, hp: &self.hp, weights: &self.weights, flash_attn: self.flash_attn };
+        let shape = BatchShape {
+            n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
+            n_outputs: if all { segs.iter().map(|(_, t)| t.len()).sum() } else { segs.len() },
+            n_segments: segs.len(),
+            kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
+        };
+        let segments: Vec<Segment> =
+            segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
+        if pool.needs_reserve(&shape) {
+            let worst = bp.build(&segments, true)?;
+            pool.reserve(&worst.g, shape)?;
+        }
+        let graph = bp.build(&segments, false)?;
+        pool.allocate(&graph.g)?;
+        self.set_inputs(&graph, segs);
+        {
+            let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+            backend.set_n_threads(self.n_threads);
+            if !backend.compute(&graph.g) {
+                return Err(Error::Ggml("the backend failed to compute the graph".into()));
+            }
+        }
+        for (cache, tokens) in segs.iter_mut() {
+            cache.advance(tokens.len());
+        }
+        let n_vocab = self.hp.n_vocab;
+        let mut out = Vec::with_capacity(graph.n_outputs);
+        for r in 0..graph.n_outputs {
+            let mut row = vec![0f32; n_vocab];
+            rt::tensor_get_f32(graph.logits, r * n_vocab, &mut row);
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])]) {
+        let mut tokens = Vec::new();
+        let mut pos = Vec::new();
+        let mut out_ids = Vec::new();
+        let n_swa = self.hp.n_swa;
+        for ((cache, toks), inp) in segs.iter().zip(&graph.segments) {
+            let first = tokens.len() as i32;
+            let start = cache.n_cached();
+            tokens.extend_from_slice(toks);
+            pos.extend((0..toks.len()).map(|i| (start + i) as i32));
+            if graph.n_outputs == segs.iter().map(|(_, t)| t.len()).sum::<usize>() {
+                out_ids.extend((0..toks.len() as i32).map(|i| first + i));
+            } else {
+                out_ids.push(first + toks.len() as i32 - 1);
+            }
+            rt::tensor_set(inp.k_idxs, &cache.k_idxs(toks.len()));
+            rt::tensor_set(inp.v_idxs, &cache.v_idxs(toks.len()));
+            let f16 = inp.mask.type_id() == GGML_TYPE_F16;
+            let mask = causal_mask(inp.n_kv, start, toks.len(), 0);
+            rt::tensor_set_bytes(inp.mask, &mask_bytes(&mask, f16));
+            if let Some(m) = inp.mask_swa {
+                let mask = causal_mask(inp.n_kv, start, toks.len(), n_swa);
+                rt::tensor_set_bytes(m, &mask_bytes(&mask, f16));
+            }
+        }
+        rt::tensor_set(graph.tokens, &tokens);
+        rt::tensor_set(graph.pos, &pos);
+        rt::tensor_set(graph.out_ids, &out_ids);
     }
 }
 
-/// The K/V cache of one sequence.
-pub struct KvCache {}
-
-impl KvCache {
-    pub fn n_cached(&self) -> usize {
-        todo!()
-    }
-    pub fn n_ctx(&self) -> usize {
-        todo!()
-    }
-    pub fn n_layer(&self) -> usize {
-        todo!()
-    }
-    pub fn clear(&mut self) {
-        todo!()
-    }
-    /// Rolls back to the first `n` positions (n <= n_cached, else Error).
-    pub fn resize(&mut self, n: usize) -> Result<()> {
-        todo!()
-    }
+/// llama.cpp's flash-attention auto setting: on when the device runs the
+/// flash-attention op for the model's head sizes with an f16 cache.
+fn flash_attn_supported(device: Device, hp: &HParams) -> bool {
+    let Some(ctx) = Ctx::new(4, 0) else {
+        return false;
+    };
+    let n_kv = super::kv_cache::KV_PAD as i64;
+    let q = ctx.new_tensor(GGML_TYPE_F32, &[hp.head_dim_k as i64, 1, hp.n_head as i64, 1]);
+    let k = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_k as i64, n_kv, hp.n_head_kv as i64, 1]);
+    let v = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_v as i64, n_kv, hp.n_head_kv as i64, 1]);
+    let mask = ctx.new_tensor(GGML_TYPE_F16, &[n_kv, 1, 1, 1]);
+    let Some(g) = GraphCtx::new(2) else {
+        return false;
+    };
+    let fa = g.flash_attn_ext(q, k, v, mask, 1.0, 0.0);
+    device.supports_op(fa)
 }
 
-/// A compute allocation kept between forward passes.
-pub struct ComputePool {}
-
-impl ComputePool {
-    /// Frees the allocation; the next forward makes a new one.
-    pub fn reset(&mut self) {
-        todo!()
-    }
-    pub fn backend_name(&self) -> &str {
-        todo!()
-    }
-    /// How many compute buffers this pool has allocated so far (tests use it
-    /// to prove that reuse happens).
-    pub fn n_allocations(&self) -> usize {
-        todo!()
-    }
-}
+#[cfg(test)]
+#[path = "inference_tests.rs"]
+mod tests;

@@ -1,10 +1,20 @@
 //! The engine: everything Lugh computes, with no knowledge of perl.
+pub mod arch;
 pub mod backend;
+pub mod compute;
 pub mod error;
+pub mod generate;
+pub mod ggml_ops;
+pub mod ggml_runtime;
 pub mod ggml_sys;
 pub mod gguf;
+pub mod graph;
 pub mod inference;
+pub mod kv_cache;
 pub mod model;
+pub mod sampler;
+pub mod session;
 pub mod tokenizer;
+pub mod weights;
 
 pub use error::{Error, Result};

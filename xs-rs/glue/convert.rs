@@ -191,6 +191,21 @@ impl Perl {
             .collect()
     }
 
+    /// An array reference of token ids, each in [0, n_vocab).
+    pub fn token_array_arg(self, sv: Sv, what: &str, n_vocab: usize) -> Result<Vec<i32>, Error> {
+        let ids = self.int_array_arg(sv, what)?;
+        ids.iter()
+            .enumerate()
+            .map(|(pos, &id)| {
+                if id >= 0 && (id as u64) < n_vocab as u64 {
+                    Ok(id as i32)
+                } else {
+                    Err(arg_error(what, format!("has token id {id} at position {pos}, out of range [0, {n_vocab})")))
+                }
+            })
+            .collect()
+    }
+
     /// A code reference (a callback), or None for undef.
     pub fn code_arg(self, sv: Sv, what: &str) -> Result<Option<Sv>, Error> {
         if !self.is_defined(sv) {

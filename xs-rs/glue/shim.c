@@ -96,6 +96,7 @@ int lugh_sv_number_kind(void *my_perl_v, SV *sv) {
     int flags;
     SvGETMAGIC(sv);
     if (SvIOK(sv) && !SvNOK(sv)) return 1;
+    if (SvNOK(sv) && !SvPOK(sv)) return 2; /* a plain float: looks_like_number gives no NOT_INT flag */
     flags = looks_like_number(sv);
     if (!flags) return 0;
     return (flags & IS_NUMBER_NOT_INT) ? 2 : 1;

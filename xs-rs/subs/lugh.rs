@@ -1,5 +1,5 @@
 //! XS subs of the package Lugh: backends and versions.
-use crate::engine::backend;
+use crate::engine::{backend, sampler, Error};
 use crate::glue::Ret;
 use crate::xs_subs;
 
@@ -46,5 +46,19 @@ xs_subs! { "Lugh";
             perl.str("device_count"), perl.int(b.device_count as i64),
             perl.str("description"), perl.str(&b.description),
         ]))
+    }
+
+    fn _srand(args) as "Lugh::srand" {
+        args.expect(1, 1, c"seed");
+        let perl = args.perl();
+        let seed = match perl.is_defined(args.get(0)) {
+            true => match perl.int_arg(args.get(0), "seed")? {
+                seed if seed >= 0 => seed as u64,
+                seed => return Err(Error::Argument(format!("seed must be an integer >= 0, got {seed}")).into()),
+            },
+            false => sampler::entropy_seed() >> 1,
+        };
+        sampler::seed_default_rng(seed);
+        Ok(Ret::One(perl.uint(seed)))
     }
 }

@@ -1,7 +1,10 @@
 //! The XS subs, one file per perl package.
 use crate::glue::{self, ffi, Cv, Interp};
 
+mod inference;
+mod kv_cache;
 mod lugh;
+mod memory_pool;
 mod model;
 mod tokenizer;
 
@@ -15,7 +18,15 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
     std::panic::set_hook(Box::new(|_| {}));
     ffi::lugh_set_free_hook(glue::free_object);
     crate::engine::backend::init_logging();
-    for table in [lugh::SUBS, model::SUBS, tokenizer::SUBS, tokenizer::decoder_subs::SUBS] {
+    for table in [
+        lugh::SUBS,
+        model::SUBS,
+        tokenizer::SUBS,
+        tokenizer::decoder_subs::SUBS,
+        inference::SUBS,
+        kv_cache::SUBS,
+        memory_pool::SUBS,
+    ] {
         for &(name, f) in table {
             glue::register(p, name, f);
         }

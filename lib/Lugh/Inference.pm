@@ -1,0 +1,450 @@
+package Lugh::Inference;
+
+use strict;
+use warnings;
+
+our $VERSION = '0.20';
+
+# Options of new(); undef = the engine's default (see the POD).
+my %DEFAULTS = (model => undef, backend => 'auto', n_threads => undef, n_ctx => undef, flash_attn => 'auto',
+    n_batch => undef);
+
+# Sampling options shared by sample() and generate().
+my %SAMPLING = (
+    greedy            => 0,
+    temperature       => 0.8,
+    top_k             => 40,
+    top_p             => 0.95,
+    min_p             => 0,
+    repeat_penalty    => 1,
+    presence_penalty  => 0,
+    frequency_penalty => 0,
+    penalty_last_n    => 64,
+    seed              => undef,
+);
+my @SAMPLING_ORDER = qw(greedy temperature top_k top_p min_p repeat_penalty presence_penalty frequency_penalty
+    penalty_last_n seed);
+
+my %SAMPLE_DEFAULTS   = (%SAMPLING, history => undef);
+my %GENERATE_DEFAULTS = (%SAMPLING, max_tokens => 128, eos_token => undef, stop => [], callback => undef);
+
+# The forward family: for each spelling, the leading positional arguments it
+# takes, the named options it accepts, and what it needs.
+my %FORWARD = (
+    forward            => { positional => ['tokens'], keys => [qw(tokens cache pool sequences caches)] },
+    forward_simple     => { positional => ['tokens'], keys => ['tokens'] },
+    forward_all        => { positional => ['tokens'], keys => [qw(tokens cache pool)], all => 1 },
+    forward_cache      => { positional => [qw(cache tokens)], keys => [qw(cache tokens pool)], needs => 'cache' },
+    forward_pool       => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache)], needs => 'pool' },
+    forward_with_pool  => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache)], needs => 'pool' },
+    forward_cache_pool => { positional => [qw(cache pool tokens)], keys => [qw(cache pool tokens)], needs => 'cache pool' },
+    forward_batch      => { positional => ['sequences'], keys => [qw(sequences caches pool)], batch => 1 },
+    forward_batch_pool => { positional => [qw(pool sequences)], keys => [qw(pool sequences caches)], batch => 1,
+        needs => 'pool' },
+);
+
+sub new {
+    my ($class, @args) = @_;
+    my %opt = _options('Lugh::Inference->new', \%DEFAULTS, @args);
+    Lugh::_croak('Lugh::Inference->new: missing model => $model (a Lugh::Model)') unless defined $opt{model};
+    my $flash = $opt{flash_attn};
+    my $flash_code
+        = !defined $flash || $flash eq 'auto' ? -1
+        : $flash =~ /\A[01]\z/ ? $flash
+        : Lugh::_croak("Lugh::Inference->new: flash_attn must be 0, 1 or 'auto', got '$flash'");
+    my $backend = defined $opt{backend} && lc $opt{backend} eq 'auto' ? undef : $opt{backend};
+    return _new($class, $opt{model}, $backend, $opt{n_threads}, $opt{n_ctx}, $flash_code, $opt{n_batch});
+}
+
+# name => value pairs checked against a defaults hash; returns the merged hash.
+sub _options {
+    my ($method, $defaults, @args) = @_;
+    Lugh::_croak("$method: options must be name => value pairs") if @args % 2;
+    my %args = @args;
+    if (my @unknown = grep { !exists $defaults->{$_} } sort keys %args) {
+        Lugh::_croak("$method: unknown option '$unknown[0]' (valid options: " . join(', ', sort keys %$defaults) . ')');
+    }
+    return (%$defaults, %args);
+}
+
+# Settings, all answered by one XS sub.
+for my $name (qw(n_threads n_ctx n_batch n_vocab n_layer)) {
+    no strict 'refs';
+    *{$name} = sub {
+        Lugh::_croak("Usage: \$inference->$name") unless @_ == 1;
+        return _setting($_[0], $name);
+    };
+}
+
+sub backend {
+    Lugh::_croak('Usage: $inference->backend') unless @_ == 1;
+    return _setting($_[0], 'backend');
+}
+
+sub flash_attn {
+    Lugh::_croak('Usage: $inference->flash_attn') unless @_ == 1;
+    return _setting($_[0], 'flash_attn');
+}
+
+# The forward family: one parser, one dispatcher.
+for my $name (keys %FORWARD) {
+    no strict 'refs';
+    *{$name} = sub { my $self = shift; return $self->_forward_any($name, @_) };
+}
+
+sub _forward_any {
+    my ($self, $name, @args) = @_;
+    my $spec   = $FORWARD{$name};
+    my $method = "Lugh::Inference->$name";
+    my %opt;
+    my @positional = @{ $spec->{positional} };
+    my %known = map { $_ => 1 } @{ $spec->{keys} };
+    # Leading references (or undef) are positional, and so is a lone value
+    # that is not an option name; otherwise a string starts the pairs.
+    while (@positional && @args && (ref $args[0] || !defined $args[0] || (@args % 2 && !$known{ $args[0] }))) {
+        my $slot = shift @positional;
+        # A token array where a cache or pool belongs: that object is missing.
+        next if $slot =~ /\A(?:cache|pool)\z/ && ref $args[0] eq 'ARRAY';
+        $opt{$slot} = shift @args;
+    }
+    Lugh::_croak("$method: expected " . join(', ', map {"\$$_"} @{ $spec->{positional} })
+            . ' or name => value pairs') if @args % 2;
+    my %named = @args;
+    for my $key (sort keys %named) {
+        Lugh::_croak("$method: unknown option '$key' (valid options: " . join(', ', sort keys %known) . ')')
+            unless $known{$key};
+        Lugh::_croak("$method: $key given twice") if exists $opt{$key};
+        $opt{$key} = $named{$key};
+    }
+    for my $need (split ' ', $spec->{needs} // '') {
+        Lugh::_croak("$method: missing $need") unless defined $opt{$need};
+    }
+    if ($spec->{batch} || exists $opt{sequences}) {
+        Lugh::_croak("$method: give tokens or sequences, not both") if exists $opt{tokens};
+        Lugh::_croak("$method: cache is for one sequence; give caches => [...] with sequences") if exists $opt{cache};
+        Lugh::_croak("$method: missing sequences (an array of token arrays)") unless defined $opt{sequences};
+        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool});
+    }
+    Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
+        if exists $opt{caches};
+    Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
+    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0);
+}
+
+sub sample {
+    my ($self, $logits, @args) = @_;
+    return $self->_sample_with('sample', \%SAMPLE_DEFAULTS, {}, $logits, @args);
+}
+
+sub sample_top_p {
+    my ($self, $logits, @args) = @_;
+    my %defaults = map { $_ => $SAMPLING{$_} } qw(temperature top_p seed);
+    return $self->_sample_with('sample_top_p', \%defaults, { top_k => 0 }, $logits, @args);
+}
+
+sub sample_top_k {
+    my ($self, $logits, @args) = @_;
+    my %defaults = map { $_ => $SAMPLING{$_} } qw(temperature top_k seed);
+    return $self->_sample_with('sample_top_k', \%defaults, { top_p => 1 }, $logits, @args);
+}
+
+sub _sample_with {
+    my ($self, $name, $defaults, $fixed, $logits, @args) = @_;
+    my $method = "Lugh::Inference->$name";
+    Lugh::_croak("$method: the first argument must be an array reference of logits")
+        unless ref $logits eq 'ARRAY';
+    my %opt = (%SAMPLE_DEFAULTS, _options($method, $defaults, @args), %$fixed);
+    return _sample($self, $logits, $opt{history}, @opt{@SAMPLING_ORDER});
+}
+
+sub generate {
+    my ($self, @args) = @_;
+    my $prompt = ref $args[0] eq 'ARRAY' ? shift @args : undef;
+    my %opt = _options('Lugh::Inference->generate', { %GENERATE_DEFAULTS, prompt => undef }, @args);
+    Lugh::_croak('Lugh::Inference->generate: give the prompt once') if $prompt && defined $opt{prompt};
+    $prompt //= $opt{prompt};
+    Lugh::_croak('Lugh::Inference->generate: missing prompt (an array of token ids)') unless defined $prompt;
+    my $stop = !defined $opt{stop} ? [] : ref $opt{stop} eq 'ARRAY' ? $opt{stop} : [ $opt{stop} ];
+    my @ids = _generate($self, $prompt, @opt{qw(max_tokens eos_token)}, $stop, $opt{callback},
+        @opt{@SAMPLING_ORDER});
+    return wantarray ? @ids : \@ids;
+}
+
+sub create_kv_cache {
+    Lugh::_croak('Usage: $inference->create_kv_cache') unless @_ == 1;
+    return _create_kv_cache($_[0]);
+}
+
+sub create_memory_pool {
+    Lugh::_croak('Usage: $inference->create_memory_pool') unless @_ == 1;
+    return _create_memory_pool($_[0]);
+}
+
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Lugh::Inference - run a model: logits, sampling, generation, KV caches
+
+=head1 SYNOPSIS
+
+    use Lugh;
+    my $model = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024);
+
+    my @prompt = (504, 3575, 282, 4649, 314);          # "The capital of France is"
+    my @logits = $inference->forward(\@prompt);        # n_vocab numbers
+    my $next   = $inference->sample(\@logits, greedy => 1);   # 7042, " Paris"
+
+    my @ids = $inference->generate(\@prompt,
+        max_tokens => 20,
+        callback   => sub { my ($token, $count) = @_; print "$token "; return 0 },
+    );
+
+=head1 DESCRIPTION
+
+A Lugh::Inference is a session over a L<Lugh::Model> on one ggml backend: it
+computes next-token logits exactly the way llama.cpp does (the same graph on
+the same ggml), keeps K/V caches so that generation costs one token per step,
+and samples.
+
+It keeps its model alive: C<undef $model> while the session lives is safe.
+KV caches (L<Lugh::KVCache>) and memory pools (L<Lugh::MemoryPool>) made from
+it keep it alive in turn. Objects are not copied into new threads
+(C<CLONE_SKIP>).
+
+Every method croaks on bad input with a message naming the problem: an
+unknown option (the message lists the valid ones), a token id out of range
+(with its position), an empty token list, a sequence that would overflow the
+context (before anything is computed).
+
+=head1 CONSTRUCTOR
+
+=head2 new
+
+    my $inference = Lugh::Inference->new(
+        model      => $model,     # required, a Lugh::Model
+        backend    => 'auto',     # or 'CPU', 'CUDA', ... (see Lugh::available_backends)
+        n_threads  => 4,          # default: the number of physical cores
+        n_ctx      => 2048,       # default: min(the model's training context, 4096)
+        flash_attn => 'auto',     # 0, 1 or 'auto' (as llama.cpp decides)
+        n_batch    => 512,        # prompt tokens per graph evaluation (default 512)
+    );
+
+Croaks when the model's architecture is not supported (naming it), when the
+backend is unknown or unavailable (listing those available), and on an
+unknown option.
+
+=head1 SETTINGS
+
+=head2 backend, n_threads, n_ctx, n_batch, flash_attn
+
+    printf "%s, %d threads, context %d, batch %d, flash attention %s\n",
+        $inference->backend, $inference->n_threads, $inference->n_ctx,
+        $inference->n_batch, $inference->flash_attn ? 'on' : 'off';
+
+The settings in effect, defaults resolved (C<flash_attn> is 1 or 0 even when
+C<'auto'> was asked for).
+
+=head2 n_vocab, n_layer
+
+    print $inference->n_vocab, "\n";    # 49152 for SmolLM2
+
+=head2 model
+
+    my $model = $inference->model;
+    print $model->architecture, "\n";
+
+The model this session runs (a Lugh::Model object for the same loaded model).
+
+=head1 FORWARD PASSES
+
+Every forward pass takes token ids (integers in C<[0, n_vocab)>), croaks on an
+empty list, and, without a cache, sees only the tokens given.
+
+=head2 forward
+
+    my @logits = $inference->forward(\@tokens);
+    my @logits = $inference->forward(tokens => \@tokens);
+    my @logits = $inference->forward(tokens => \@new, cache => $cache);
+    my @logits = $inference->forward(tokens => \@tokens, pool => $pool);
+    my $rows   = $inference->forward(sequences => [\@a, \@b], caches => [$c1, $c2]);
+
+The C<n_vocab> logits of the next token after the last one given. With
+C<< cache => $cache >> the tokens are appended to the cache (see
+L<Lugh::KVCache>), so only the new tokens are computed; with
+C<< pool => $pool >> the compute allocation of the pool is reused (see
+L<Lugh::MemoryPool>). With C<sequences> (and optionally C<caches>) it is
+L</forward_batch>. Valid keys: C<tokens>, C<cache>, C<pool>, C<sequences>,
+C<caches>.
+
+=head2 forward_all
+
+    my $rows = $inference->forward_all(\@tokens);
+    my $rows = $inference->forward_all(tokens => \@tokens, cache => $cache, pool => $pool);
+    my @last = @{ $rows->[-1] };
+
+An array reference with one array reference of C<n_vocab> logits per token
+given.
+
+=head2 forward_cache
+
+    my $cache  = $inference->create_kv_cache;
+    my @logits = $inference->forward_cache($cache, \@prompt);
+    @logits    = $inference->forward_cache($cache, [$next]);    # one step
+    @logits    = $inference->forward_cache(cache => $cache, tokens => [$next]);
+
+The same as C<< forward(cache => $cache, tokens => \@tokens) >>. Croaks,
+before computing anything, when the tokens do not fit in the cache's context.
+
+=head2 forward_pool, forward_with_pool
+
+    my $pool   = $inference->create_memory_pool;
+    my @logits = $inference->forward_pool($pool, \@tokens);
+    my @logits = $inference->forward_with_pool($pool, \@tokens);
+    my @logits = $inference->forward_pool(pool => $pool, tokens => \@tokens);
+
+The same as C<< forward(pool => $pool, tokens => \@tokens) >>.
+
+=head2 forward_cache_pool
+
+    my @logits = $inference->forward_cache_pool($cache, $pool, \@tokens);
+    my @logits = $inference->forward_cache_pool(cache => $cache, pool => $pool, tokens => \@tokens);
+
+Both a cache and a pool.
+
+=head2 forward_batch
+
+    my $rows = $inference->forward_batch([\@seq1, \@seq2, \@seq3]);
+    my $rows = $inference->forward_batch(sequences => [\@a, \@b], caches => [$c1, $c2]);
+    my @logits_of_seq2 = @{ $rows->[1] };
+
+Several sequences evaluated together, in one graph per step, each masked to
+its own tokens: an array reference holding, per sequence, the logits after
+its last token. With C<caches> (one L<Lugh::KVCache> per sequence, each at
+most once), each sequence is appended to its own cache, so several
+conversations can be continued side by side. C<< pool => $pool >> reuses a
+pool's allocation.
+
+=head2 forward_batch_pool
+
+    my $rows = $inference->forward_batch_pool($pool, \@sequences);
+
+The same as C<< forward_batch(sequences => \@sequences, pool => $pool) >>.
+
+=head2 forward_simple
+
+    my @logits = $inference->forward_simple(\@tokens);
+
+The same as C<forward(\@tokens)> (a spelling of Lugh 0.12).
+
+=head1 SAMPLING
+
+Sampling uses Lugh's own random generator, never perl's C<rand>. Give
+C<< seed => $n >> for a reproducible draw, or call C<Lugh::srand($n)> once to
+make every unseeded draw after it reproducible (see L<Lugh/srand>).
+
+=head2 sample
+
+    my $id = $inference->sample(\@logits);                        # defaults below
+    my $id = $inference->sample(\@logits, greedy => 1);           # argmax
+    my $id = $inference->sample(\@logits,
+        temperature => 0.7, top_k => 50, top_p => 0.9, min_p => 0.05,
+        repeat_penalty => 1.1, presence_penalty => 0.2, frequency_penalty => 0.1,
+        penalty_last_n => 64, history => \@ids_so_far, seed => 42);
+
+The index of the chosen logit (the token id). The steps run in llama.cpp's
+order: penalties over the last C<penalty_last_n> ids of C<history> (a
+repeated token's logit is divided by C<repeat_penalty> when positive,
+multiplied when negative, then lowered by C<count * frequency_penalty +
+presence_penalty>); then C<top_k> (0: off), C<top_p> (1: off), C<min_p> (0:
+off), C<temperature>, and a random draw. C<greedy>, or a temperature of 0,
+takes the most likely token after the penalties (ties: the lowest id).
+
+Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0, repeat_penalty 1,
+presence_penalty 0, frequency_penalty 0, penalty_last_n 64, no history, no
+seed. Out-of-range values croak (temperature < 0, top_p outside (0, 1], min_p
+outside [0, 1], repeat_penalty <= 0, a NaN logit).
+
+=head2 sample_top_p
+
+    my $id = $inference->sample_top_p(\@logits, temperature => 0.8, top_p => 0.95);
+
+Nucleus sampling only (no top-k). Options: C<temperature> (0.8), C<top_p>
+(0.95), C<seed>.
+
+=head2 sample_top_k
+
+    my $id = $inference->sample_top_k(\@logits, temperature => 0.8, top_k => 40);
+
+Top-k sampling only (no top-p). Options: C<temperature> (0.8), C<top_k> (40),
+C<seed>.
+
+=head1 GENERATION
+
+=head2 generate
+
+    my @ids = $inference->generate(\@prompt,
+        max_tokens  => 128,     # default 128
+        temperature => 0.8,     # and every option of sample() but history
+        top_k       => 40,
+        top_p       => 0.95,
+        greedy      => 0,
+        seed        => 42,
+        eos_token   => 2,       # default: the model's end-of-generation tokens
+        stop        => ["\n\n", 'THE END'],
+        callback    => sub {
+            my ($token, $count) = @_;
+            print "token $count: $token\n";
+            return 0;           # true stops the generation
+        },
+    );
+
+The generated token ids (not the prompt; a reference to them in scalar
+context). The prompt is evaluated in batches of C<n_batch>, then each new
+token is computed alone against the KV cache. The penalties see the prompt
+and the tokens generated so far. Generation stops at C<max_tokens>; at an
+end-of-generation token (the model's, or C<eos_token> if given, which then
+replaces the model's), which is neither returned nor passed to the callback;
+once the generated text contains one of the C<stop> strings (they may span
+several tokens; the tokens that complete it are returned); or when the
+callback returns true.
+
+The callback is called once per generated token with the token id and the
+number of tokens generated so far. If it dies, generation stops, everything
+is freed, and the exception propagates unchanged (an exception object stays
+the same object); the inference object stays usable.
+
+Croaks before computing anything when the prompt is empty or has an id out
+of range, or when the prompt plus C<max_tokens> does not fit in C<n_ctx>.
+
+=head1 CACHES AND POOLS
+
+=head2 create_kv_cache
+
+    my $cache = $inference->create_kv_cache;
+    $inference->forward_cache($cache, \@prompt);
+    print $cache->n_cached, "\n";
+
+A new, empty L<Lugh::KVCache> of C<n_ctx> positions (f16 keys and values, as
+llama.cpp).
+
+=head2 create_memory_pool
+
+    my $pool = $inference->create_memory_pool;
+    $inference->forward_pool($pool, \@tokens) for 1 .. 3;    # one allocation
+    print $pool->n_allocations, "\n";                         # 1
+
+A new L<Lugh::MemoryPool>: a compute allocation reused by the forward passes
+given it.
+
+=head1 SEE ALSO
+
+L<Lugh>, L<Lugh::Model>, L<Lugh::KVCache>, L<Lugh::MemoryPool>
+
+=cut

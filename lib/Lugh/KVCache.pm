@@ -1,0 +1,97 @@
+package Lugh::KVCache;
+
+use strict;
+use warnings;
+
+our $VERSION = '0.20';
+
+# Counts, all answered by one XS sub.
+for my $name (qw(n_cached n_ctx n_layer)) {
+    no strict 'refs';
+    *{$name} = sub {
+        Lugh::_croak("Usage: \$cache->$name") unless @_ == 1;
+        return _count($_[0], $name);
+    };
+}
+
+sub new {
+    Lugh::_croak('Lugh::KVCache->new: make caches with $inference->create_kv_cache');
+}
+
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Lugh::KVCache - the keys and values of one sequence, for incremental decoding
+
+=head1 SYNOPSIS
+
+    use Lugh;
+    my $model     = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    my $inference = Lugh::Inference->new(model => $model, n_ctx => 512);
+    my $cache     = $inference->create_kv_cache;
+
+    my @logits = $inference->forward_cache($cache, [504, 3575, 282, 4649, 314]);   # prefill
+    my $next   = $inference->sample(\@logits, greedy => 1);
+    @logits    = $inference->forward_cache($cache, [$next]);                       # one step
+    print $cache->n_cached, " of ", $cache->n_ctx, "\n";                           # 6 of 512
+
+    $cache->resize(5);    # forget the last token
+    $cache->clear;        # start over
+
+=head1 DESCRIPTION
+
+A KV cache holds, for every layer, the keys and values of the positions
+processed so far (in f16, as llama.cpp does), so a forward pass computes only
+the new tokens. Make one with L<Lugh::Inference/create_kv_cache> and pass it
+to C<forward_cache>, C<< forward(cache => ...) >> or C<< forward_batch(caches => [...]) >>.
+
+A cache belongs to the session that made it and keeps that session (and its
+model) alive; using it with another session croaks. It is not copied into
+new threads (C<CLONE_SKIP>).
+
+=head1 METHODS
+
+=head2 n_cached
+
+    print $cache->n_cached;
+
+The number of positions stored.
+
+=head2 n_ctx
+
+    print $cache->n_ctx;
+
+The capacity, the session's C<n_ctx>. A forward pass that would go past it
+croaks before computing anything.
+
+=head2 n_layer
+
+    print $cache->n_layer;
+
+The number of layers it stores K/V for (the model's).
+
+=head2 clear
+
+    $cache->clear;
+
+Forgets every position (C<n_cached> becomes 0).
+
+=head2 resize
+
+    $cache->resize($n);
+
+Rolls back to the first C<$n> positions; the next forward continues from
+position C<$n>. C<$n> must not exceed C<n_cached>.
+
+=head2 new
+
+Croaks: caches are made with C<< $inference->create_kv_cache >>, which knows
+the model's shapes.
+
+=cut

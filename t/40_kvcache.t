@@ -1,0 +1,91 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use LughTestInference qw(smollm2 argmax max_abs_diff);
+
+my ($model, $inference) = smollm2();
+my @tokens = (6403, 1980, 253, 655, 28, 260, 2240, 282);    # "Once upon a time, the city of"
+
+my $cache = $inference->create_kv_cache;
+isa_ok($cache, 'Lugh::KVCache');
+is($cache->n_cached, 0, 'a new cache is empty');
+is($cache->n_ctx, $inference->n_ctx, 'n_ctx is the session\'s');
+is($cache->n_layer, 30, 'n_layer');
+
+subtest 'token by token equals one forward over the whole sequence' => sub {
+    my $c = $inference->create_kv_cache;
+    my @prefix = @tokens[ 0 .. 2 ];
+    my @step = $inference->forward_cache($c, \@prefix);
+    is($c->n_cached, 3, 'prefill appends');
+    for my $n (3 .. $#tokens) {
+        @step = $inference->forward_cache($c, [ $tokens[$n] ]);
+        my @full = $inference->forward([ @tokens[ 0 .. $n ] ]);
+        cmp_ok(max_abs_diff(\@step, \@full), '<=', 0.02, "position $n");
+    }
+    is($c->n_cached, scalar @tokens, 'one position per token');
+};
+
+subtest 'all spellings append to the cache' => sub {
+    my $c = $inference->create_kv_cache;
+    $inference->forward(cache => $c, tokens => [ @tokens[ 0, 1 ] ]);
+    $inference->forward_cache(cache => $c, tokens => [ $tokens[2] ]);
+    $inference->forward_cache($c, [ $tokens[3] ]);
+    my $rows = $inference->forward_all(tokens => [ @tokens[ 4, 5 ] ], cache => $c);
+    is($c->n_cached, 6, 'forward(cache =>), forward_cache named and positional, forward_all(cache =>)');
+    is(scalar @$rows, 2, 'forward_all with a cache: rows for the new tokens');
+    my @full = $inference->forward([ @tokens[ 0 .. 5 ] ]);
+    cmp_ok(max_abs_diff($rows->[-1], \@full), '<=', 0.02, 'same logits as the whole sequence');
+};
+
+subtest 'resize rolls back, clear empties' => sub {
+    my $c = $inference->create_kv_cache;
+    $inference->forward_cache($c, \@tokens);
+    $c->resize(4);
+    is($c->n_cached, 4, 'resize(4)');
+    my @rolled = $inference->forward_cache($c, [ 9999 ]);
+    my @fresh = $inference->forward([ @tokens[ 0 .. 3 ], 9999 ]);
+    cmp_ok(max_abs_diff(\@rolled, \@fresh), '<=', 0.02, 'continuing after a rollback forgets what was dropped');
+    eval { $c->resize(99) };
+    like($@, qr/^Lugh::KVCache::resize: .* at \S+ line \d+\.$/, 'resize beyond n_cached croaks');
+    is($c->n_cached, 5, '... and changes nothing');
+    eval { $c->resize(-1) };
+    like($@, qr/must be >= 0/, 'negative size croaks');
+    $c->clear;
+    is($c->n_cached, 0, 'clear');
+    my @again = $inference->forward_cache($c, [ @tokens[ 0 .. 3 ], 9999 ]);
+    cmp_ok(max_abs_diff(\@again, \@fresh), '<=', 0.02, 'a cleared cache starts over');
+};
+
+subtest 'overflowing n_ctx croaks before computing' => sub {
+    my (undef, $small) = smollm2(n_ctx => 8);
+    my $c = $small->create_kv_cache;
+    is($c->n_ctx, 8, 'n_ctx 8');
+    $small->forward_cache($c, [ @tokens[ 0 .. 5 ] ]);
+    eval { $small->forward_cache($c, [ @tokens[ 0 .. 2 ] ]) };
+    like($@, qr/^Lugh::Inference->forward: .*\b(?:context|n_ctx|capacity)\b.* at \S+ line \d+\.$/i, 'croaks');
+    is($c->n_cached, 6, 'the cache is unchanged');
+    my @fits = $small->forward_cache($c, [ @tokens[ 6, 7 ] ]);
+    is($c->n_cached, 8, 'exactly full is fine');
+    eval { $small->forward([ (1) x 9 ]) };
+    like($@, qr/context|n_ctx|capacity/i, 'a longer sequence than n_ctx croaks without a cache too');
+};
+
+subtest 'caches belong to their session and keep it alive' => sub {
+    my (undef, $other) = smollm2();
+    eval { $other->forward_cache($cache, [1]) };
+    like($@, qr/belongs to another Lugh::Inference/, 'a cache of another session croaks');
+    my ($m, $i) = smollm2();
+    my $c = $i->create_kv_cache;
+    $i->forward_cache($c, [ @tokens[ 0 .. 2 ] ]);
+    undef $i;
+    undef $m;
+    is($c->n_cached, 3, 'the cache outlives its session and model objects');
+    undef $c;
+    pass('freed in that order without a crash');
+};
+
+eval { Lugh::KVCache->new(n_ctx => 10) };
+like($@, qr/create_kv_cache/, 'Lugh::KVCache->new points to create_kv_cache');
+
+done_testing;

@@ -1,0 +1,56 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use List::Util qw(max);
+use LughTest qw(model_path reference_dir);
+use LughTestInference qw(reference_cases);
+use Lugh;
+
+# Every case of ../shared/reference/llamacpp-b11434/logits.MODEL.fa-on|off.jsonl,
+# through the perl API, with the file's flash-attention setting: the top-20
+# logits within 0.05, the 32-token greedy continuation identical, and (with a
+# tokenizer) the prompt's token ids identical.
+
+plan skip_all => 'reference outputs not found (../shared/reference/llamacpp-b11434)' unless reference_dir();
+
+my $tolerance = 0.05;
+my $checked = 0;
+for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)) {
+    my $path = model_path($name);
+    SKIP: {
+        skip "test model '$name' not found (run: perl t/fetch-models)", 1 unless $path;
+        my $model = Lugh::Model->new(model => $path);
+        my $tokenizer = Lugh::Tokenizer->can('new') ? eval { Lugh::Tokenizer->new(model => $model) } : undef;
+        for my $fa (qw(on off)) {
+            my @cases = reference_cases($name, $fa);
+            next unless @cases;
+            my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
+                flash_attn => $fa eq 'on' ? 1 : 0);
+            is($inference->flash_attn, $fa eq 'on' ? 1 : 0, "$name fa-$fa: flash_attn as the file");
+            my $worst = 0;
+            for my $case (@cases) {
+                (my $short = substr($case->{prompt}, 0, 24)) =~ s/\n/\\n/g;
+                my $label = "$name fa-$fa '$short'";
+                my @tokens = @{ $case->{tokens} };
+                if ($tokenizer) {
+                    is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
+                }
+                my @logits = $inference->forward(\@tokens);
+                my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
+                $worst = $diff if $diff > $worst;
+                cmp_ok($diff, '<=', $tolerance, "$label: top-20 logits within $tolerance (max diff "
+                    . sprintf('%.4f', $diff) . ')');
+                my @expected = @{ $case->{greedy} };
+                pop @expected if @expected < 32;    # ended by an end-of-generation token, which generate drops
+                my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => 32);
+                is_deeply(\@greedy, \@expected, "$label: 32-token greedy continuation identical");
+                $checked++;
+            }
+            diag(sprintf "%s fa-%s: %d cases, worst top-20 logit difference %.4f", $name, $fa, scalar @cases, $worst);
+        }
+    }
+}
+diag("$checked reference cases checked");
+
+done_testing;

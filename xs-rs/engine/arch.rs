@@ -1,0 +1,262 @@
+//! The supported architectures as rows of building blocks, and the
+//! hyperparameters read once from the GGUF header. One graph builder
+//! (graph.rs) reads the row; adding an architecture is one row here plus a
+//! parity test.
+use super::ggml_ops::{GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM};
+use super::gguf::Array;
+use super::model::Model;
+use super::{Error, Result};
+use std::ffi::c_int;
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// Adjacent pairs (LLaMA).
+    Norm,
+    /// First half with second half (GPT-NeoX, Qwen2, Gemma).
+    Neox,
+}
+
+impl Rope {
+    pub fn ggml_mode(self) -> c_int {
+        match self {
+            Rope::Norm => GGML_ROPE_TYPE_NORM,
+            Rope::Neox => GGML_ROPE_TYPE_NEOX,
+        }
+    }
+}
+
+/// The gated feed-forward activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// silu(gate) * up
+    SwiGlu,
+    /// gelu_tanh(gate) * up
+    GeGlu,
+}
+
+/// One supported architecture: the switches that distinguish it.
+#[derive(Clone, Copy, Debug)]
+pub struct ArchSpec {
+    /// `general.architecture` in the GGUF file.
+    pub name: &'static str,
+    pub rope: Rope,
+    /// Q/K/V projections may carry biases (optional tensors).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm of Q and K before RoPE (Gemma 3).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3).
+    pub post_norms: bool,
+    pub act: Activation,
+    /// Token embeddings are multiplied by sqrt(n_embd) (Gemma).
+    pub embed_scale_sqrt: bool,
+    /// Q is scaled by 1/sqrt(head_dim) before attention (kq scale 1 then), as
+    /// Gemma's graph does, instead of scaling inside the softmax.
+    pub scale_q: bool,
+    /// Sliding-window layers: every `swa_pattern`-th layer is global, the rest
+    /// use the window, with the SWA rope base (Gemma 3's default pattern 6).
+    pub swa_pattern: Option<u32>,
+    /// Default rope base of the sliding-window layers.
+    pub swa_rope_base: f32,
+}
+
+/// The table of supported architectures.
+pub const ARCHITECTURES: &[ArchSpec] = &[
+    ArchSpec {
+        name: "llama",
+        rope: Rope::Norm,
+        qkv_bias: true,
+        qk_norm: false,
+        post_norms: false,
+        act: Activation::SwiGlu,
+        embed_scale_sqrt: false,
+        scale_q: false,
+        swa_pattern: None,
+        swa_rope_base: 10000.0,
+    },
+    ArchSpec {
+        name: "qwen2",
+        rope: Rope::Neox,
+        qkv_bias: true,
+        qk_norm: false,
+        post_norms: false,
+        act: Activation::SwiGlu,
+        embed_scale_sqrt: false,
+        scale_q: false,
+        swa_pattern: None,
+        swa_rope_base: 10000.0,
+    },
+    ArchSpec {
+        name: "gemma3",
+        rope: Rope::Neox,
+        qkv_bias: false,
+        qk_norm: true,
+        post_norms: true,
+        act: Activation::GeGlu,
+        embed_scale_sqrt: true,
+        scale_q: true,
+        swa_pattern: Some(6),
+        swa_rope_base: 10000.0,
+    },
+];
+
+/// The row for `name`, or an error naming it and the supported ones.
+pub fn spec_for(name: &str) -> Result<&'static ArchSpec> {
+    ARCHITECTURES.iter().find(|a| a.name == name).ok_or_else(|| Error::UnsupportedArchitecture {
+        name: name.to_string(),
+        supported: ARCHITECTURES.iter().map(|a| a.name).collect(),
+    })
+}
+
+/// Hyperparameters, read once from the header.
+#[derive(Clone, Debug)]
+pub struct HParams {
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_ff: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_rot: usize,
+    pub norm_eps: f32,
+    pub rope_freq_base: f32,
+    pub rope_freq_scale: f32,
+    /// Sliding window size (0 = none) and which layers use it.
+    pub n_swa: u32,
+    pub swa_layers: Vec<bool>,
+    pub rope_freq_base_swa: f32,
+    /// Scale applied to Q (scale_q architectures) or inside the softmax.
+    pub attention_scale: f32,
+    /// Final logit softcapping (0 = none).
+    pub final_logit_softcap: f32,
+}
+
+impl HParams {
+    pub fn n_embd_k_gqa(&self) -> usize {
+        self.head_dim_k * self.n_head_kv
+    }
+    pub fn n_embd_v_gqa(&self) -> usize {
+        self.head_dim_v * self.n_head_kv
+    }
+    pub fn is_swa(&self, il: usize) -> bool {
+        self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
+        let arch = spec.name;
+        let missing = |key: &str| Error::Corrupt {
+            path: model.path().clone(),
+            what: format!("the key {arch}.{key} is missing or not a number (architecture {arch})"),
+        };
+        let positive = |v: Option<i64>, key: &str| -> Result<usize> {
+            match v {
+                Some(n) if n > 0 => Ok(n as usize),
+                _ => Err(missing(key)),
+            }
+        };
+        let int = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_i64());
+        let float = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_f64());
+        let n_embd = positive(model.n_embd(), "embedding_length")?;
+        let n_layer = positive(model.n_layer(), "block_count")?;
+        let n_head = positive(model.n_head(), "attention.head_count")?;
+        let n_head_kv = positive(model.n_head_kv(), "attention.head_count_kv")?;
+        let n_ff = positive(model.n_ff(), "feed_forward_length")?;
+        let n_vocab = positive(model.n_vocab(), "vocab_size")?;
+        let n_ctx_train = positive(model.n_ctx_train(), "context_length")?;
+        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+            return Err(Error::Corrupt {
+                path: model.path().clone(),
+                what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
+            });
+        }
+        let head_dim_k = int("attention.key_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let head_dim_v = int("attention.value_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
+        if head_dim_k == 0 || head_dim_v == 0 || n_rot == 0 || n_rot > head_dim_k {
+            return Err(missing("attention.key_length"));
+        }
+        let norm_eps = model.norm_eps().ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))? as f32;
+        let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
+        // Only linear scaling is supported; llama.cpp never scales when the
+        // type is none, and YaRN-family types are refused rather than ignored.
+        let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("none");
+        let rope_freq_scale = match (scaling, float("rope.scaling.factor")) {
+            ("none", _) => 1.0,
+            ("linear", Some(f)) if f != 0.0 => (1.0 / f) as f32,
+            ("linear", _) => 1.0,
+            (other, _) => {
+                return Err(Error::Argument(format!(
+                    "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear)"
+                )))
+            }
+        };
+        let n_swa = match spec.swa_pattern {
+            Some(_) => int("attention.sliding_window").filter(|&w| w > 0).unwrap_or(0) as u32,
+            None => 0,
+        };
+        let swa_layers = swa_layers(model, spec, n_layer, n_swa);
+        let rope_freq_base_swa = float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(spec.swa_rope_base);
+        // llama.cpp: 1/sqrt(head_dim), except Gemma 3 27B (62 layers) which
+        // uses 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
+        let attention_scale = if spec.scale_q && n_layer == 62 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else {
+            float("attention.scale").map(|v| v as f32).filter(|&s| s != 0.0).unwrap_or(1.0 / (head_dim_k as f32).sqrt())
+        };
+        let final_logit_softcap = float("final_logit_softcapping").unwrap_or(0.0) as f32;
+        Ok(HParams {
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            n_ff,
+            head_dim_k,
+            head_dim_v,
+            n_rot,
+            norm_eps,
+            rope_freq_base,
+            rope_freq_scale,
+            n_swa,
+            swa_layers,
+            rope_freq_base_swa,
+            attention_scale,
+            final_logit_softcap,
+        })
+    }
+}
+
+/// Which layers use the sliding window: the file's per-layer list, else its
+/// pattern number, else the architecture's default pattern (every n-th layer
+/// global), as llama.cpp's `load_swa_pattern`.
+fn swa_layers(model: &Model, spec: &ArchSpec, n_layer: usize, n_swa: u32) -> Vec<bool> {
+    let Some(default_pattern) = spec.swa_pattern.filter(|_| n_swa > 0) else {
+        return vec![false; n_layer];
+    };
+    let value = model.gguf.arch_value("attention.sliding_window_pattern");
+    if let Some(list) = value.and_then(|v| v.as_array()) {
+        return (0..n_layer)
+            .map(|i| match list {
+                Array::Bool(flags) => flags.get(i).copied().unwrap_or(false),
+                _ => list.int_at(i).unwrap_or(0) != 0,
+            })
+            .collect();
+    }
+    let pattern = value.and_then(|v| v.as_i64()).map(|p| p as u32).unwrap_or(default_pattern);
+    (0..n_layer).map(|il| pattern == 0 || (il as u32 % pattern) < pattern - 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_architecture_is_named() {
+        let err = spec_for("mamba").unwrap_err().to_string();
+        assert!(err.contains("mamba") && err.contains("llama") && err.contains("gemma3"), "{err}");
+    }
+}

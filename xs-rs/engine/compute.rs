@@ -1,0 +1,115 @@
+//! The compute allocation kept between forward passes: ggml's graph
+//! allocator over one buffer, reserved for the worst case of a batch shape
+//! (the cache attended in full) so that later graphs of the same or smaller
+//! shape fit without a new buffer.
+use super::ggml_ops::GraphCtx;
+use super::ggml_runtime::{BufferType, Gallocr};
+use super::{Error, Result};
+
+/// The batch shape a pool has reserved for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchShape {
+    pub n_tokens: usize,
+    pub n_outputs: usize,
+    pub n_segments: usize,
+    pub kv_size: usize,
+}
+
+impl BatchShape {
+    /// Whether a graph of shape `other` fits in what was reserved for self.
+    pub fn covers(&self, other: &BatchShape) -> bool {
+        other.n_tokens <= self.n_tokens
+            && other.n_outputs <= self.n_outputs
+            && other.n_segments == self.n_segments
+            && other.kv_size <= self.kv_size
+    }
+}
+
+pub struct ComputePool {
+    galloc: Option<Gallocr>,
+    buft: BufferType,
+    backend_name: String,
+    reserved: Option<BatchShape>,
+    n_allocations: usize,
+    buffer_size: usize,
+}
+
+impl ComputePool {
+    pub(crate) fn new(buft: BufferType, backend_name: String) -> ComputePool {
+        ComputePool { galloc: None, buft, backend_name, reserved: None, n_allocations: 0, buffer_size: 0 }
+    }
+
+    /// Frees the allocation; the next forward makes a new one.
+    pub fn reset(&mut self) {
+        self.galloc = None;
+        self.reserved = None;
+        self.buffer_size = 0;
+    }
+
+    pub fn backend_name(&self) -> &str {
+        &self.backend_name
+    }
+
+    /// How many compute buffers this pool has allocated so far (tests use it
+    /// to prove that reuse happens).
+    pub fn n_allocations(&self) -> usize {
+        self.n_allocations
+    }
+
+    /// Bytes of the current compute buffer.
+    pub fn buffer_size(&self) -> usize {
+        self.buffer_size
+    }
+
+    /// Whether a graph of `shape` needs a worst-case reservation first.
+    pub(crate) fn needs_reserve(&self, shape: &BatchShape) -> bool {
+        !self.reserved.is_some_and(|r| r.covers(shape))
+    }
+
+    /// Reserves room for `worst` (a graph of `shape` over the whole cache).
+    pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape) -> Result<()> {
+        let galloc = self.allocator()?;
+        if !galloc.reserve(worst) {
+            return Err(Error::Ggml("cannot reserve the compute buffer (out of memory?)".into()));
+        }
+        self.note_size();
+        let merged = match self.reserved {
+            Some(r) if r.n_segments == shape.n_segments => BatchShape {
+                n_tokens: r.n_tokens.max(shape.n_tokens),
+                n_outputs: r.n_outputs.max(shape.n_outputs),
+                n_segments: shape.n_segments,
+                kv_size: r.kv_size.max(shape.kv_size),
+            },
+            _ => shape,
+        };
+        self.reserved = Some(merged);
+        Ok(())
+    }
+
+    /// Gives every tensor of `graph` its place in the compute buffer.
+    pub(crate) fn allocate(&mut self, graph: &GraphCtx) -> Result<()> {
+        let galloc = self.allocator()?;
+        if !galloc.alloc_graph(graph) {
+            return Err(Error::Ggml("cannot allocate the compute graph (out of memory?)".into()));
+        }
+        self.note_size();
+        Ok(())
+    }
+
+    fn allocator(&mut self) -> Result<&mut Gallocr> {
+        if self.galloc.is_none() {
+            let g = Gallocr::new(self.buft).ok_or_else(|| Error::Ggml("cannot create a graph allocator".into()))?;
+            self.galloc = Some(g);
+        }
+        Ok(self.galloc.as_mut().unwrap())
+    }
+
+    /// Counts a new compute buffer whenever the allocator's buffer grew.
+    fn note_size(&mut self) {
+        let size = self.galloc.as_ref().map_or(0, Gallocr::buffer_size);
+        if size > self.buffer_size {
+            self.n_allocations += 1;
+        }
+        self.buffer_size = size;
+    }
+}

@@ -1,0 +1,438 @@
+//! Graph building on ggml 0.26.0: the raw declarations of the tensor ops
+//! Lugh uses (written by hand from ggml.h), and a thin safe layer over them:
+//! `GraphCtx` owns a no-alloc ggml context plus its graph, `Tensor` is a
+//! handle to a tensor that lives as long as the context that made it.
+//!
+//! Callers validate shapes before calling (ggml aborts on a failed assert);
+//! the graph builder only combines tensors whose shapes it derived itself.
+#![allow(non_camel_case_types)]
+use super::ggml_sys::{ggml_cgraph, ggml_context, ggml_init_params, ggml_tensor, GGML_MAX_NAME};
+use std::ffi::{c_char, c_int, c_void};
+
+pub const GGML_TYPE_F32: c_int = 0;
+pub const GGML_TYPE_F16: c_int = 1;
+pub const GGML_TYPE_I32: c_int = 26;
+pub const GGML_TYPE_I64: c_int = 27;
+
+pub const GGML_PREC_F32: c_int = 10;
+
+pub const GGML_ROPE_TYPE_NORM: c_int = 0;
+pub const GGML_ROPE_TYPE_NEOX: c_int = 2;
+
+extern "C" {
+    fn ggml_init(params: ggml_init_params) -> *mut ggml_context;
+    fn ggml_free(ctx: *mut ggml_context);
+    fn ggml_tensor_overhead() -> usize;
+    fn ggml_graph_overhead_custom(size: usize, grads: bool) -> usize;
+    fn ggml_new_graph_custom(ctx: *mut ggml_context, size: usize, grads: bool) -> *mut ggml_cgraph;
+    fn ggml_build_forward_expand(graph: *mut ggml_cgraph, t: *mut ggml_tensor);
+    fn ggml_graph_n_nodes(graph: *mut ggml_cgraph) -> c_int;
+
+    fn ggml_new_tensor_1d(ctx: *mut ggml_context, t: c_int, ne0: i64) -> *mut ggml_tensor;
+    fn ggml_new_tensor_2d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64) -> *mut ggml_tensor;
+    fn ggml_new_tensor_3d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
+    fn ggml_new_tensor_4d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64, ne2: i64, ne3: i64)
+        -> *mut ggml_tensor;
+    fn ggml_set_name(t: *mut ggml_tensor, name: *const c_char) -> *mut ggml_tensor;
+    fn ggml_set_input(t: *mut ggml_tensor);
+    fn ggml_set_output(t: *mut ggml_tensor);
+    fn ggml_nbytes(t: *const ggml_tensor) -> usize;
+    fn ggml_row_size(t: c_int, ne: i64) -> usize;
+
+    fn ggml_get_rows(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_set_rows(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        c: *mut ggml_tensor,
+    ) -> *mut ggml_tensor;
+    fn ggml_rms_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
+    fn ggml_mul(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_add(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
+    fn ggml_tanh(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_mul_mat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_prec_set_acc(a: *mut ggml_tensor, prec: c_int) -> bool;
+    fn ggml_swiglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_geglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_cont(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_cont_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
+    fn ggml_cast(ctx: *mut ggml_context, a: *mut ggml_tensor, t: c_int) -> *mut ggml_tensor;
+    fn ggml_reshape_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
+    fn ggml_reshape_3d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
+    fn ggml_view_2d(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        ne0: i64,
+        ne1: i64,
+        nb1: usize,
+        offset: usize,
+    ) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_view_3d(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        ne0: i64,
+        ne1: i64,
+        ne2: i64,
+        nb1: usize,
+        nb2: usize,
+        offset: usize,
+    ) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_view_4d(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        ne0: i64,
+        ne1: i64,
+        ne2: i64,
+        ne3: i64,
+        nb1: usize,
+        nb2: usize,
+        nb3: usize,
+        offset: usize,
+    ) -> *mut ggml_tensor;
+    fn ggml_permute(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        ax0: c_int,
+        ax1: c_int,
+        ax2: c_int,
+        ax3: c_int,
+    ) -> *mut ggml_tensor;
+    fn ggml_transpose(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_rope_ext(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        pos: *mut ggml_tensor,
+        freq_factors: *mut ggml_tensor,
+        n_dims: c_int,
+        mode: c_int,
+        n_ctx_orig: c_int,
+        freq_base: f32,
+        freq_scale: f32,
+        ext_factor: f32,
+        attn_factor: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+    ) -> *mut ggml_tensor;
+    fn ggml_soft_max_ext(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        mask: *mut ggml_tensor,
+        scale: f32,
+        max_bias: f32,
+    ) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_flash_attn_ext(
+        ctx: *mut ggml_context,
+        q: *mut ggml_tensor,
+        k: *mut ggml_tensor,
+        v: *mut ggml_tensor,
+        mask: *mut ggml_tensor,
+        scale: f32,
+        max_bias: f32,
+        logit_softcap: f32,
+    ) -> *mut ggml_tensor;
+    fn ggml_flash_attn_ext_set_n_kv_max(a: *mut ggml_tensor, n_kv_max: i32);
+    fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: c_int) -> *mut ggml_tensor;
+}
+
+/// A tensor of a `GraphCtx` (or of a weights/cache context). A plain handle:
+/// valid while the context that made it lives, which the owners guarantee by
+/// keeping contexts alive at least as long as any graph that uses them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor(pub(crate) *mut ggml_tensor);
+
+// SAFETY: a handle is moved or shared only together with the owner of its
+// context (weights, a cache); tensors are mutated only while their owner is
+// borrowed mutably or locked.
+unsafe impl Send for Tensor {}
+// SAFETY: as above.
+unsafe impl Sync for Tensor {}
+
+impl Tensor {
+    fn raw(&self) -> &ggml_tensor {
+        // SAFETY: a Tensor always points at a live tensor (see the type's note).
+        unsafe { &*self.0 }
+    }
+    pub fn ne(&self) -> [i64; 4] {
+        self.raw().ne
+    }
+    pub fn nb(&self) -> [usize; 4] {
+        self.raw().nb
+    }
+    pub fn type_id(&self) -> c_int {
+        self.raw().type_
+    }
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: the tensor is live.
+        unsafe { ggml_nbytes(self.0) }
+    }
+    /// The host address of the data (null until allocated).
+    pub fn data(&self) -> *mut c_void {
+        self.raw().data
+    }
+    pub fn name(&self) -> String {
+        let name = &self.raw().name;
+        let bytes: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+    pub fn set_name(&self, name: &str) {
+        let mut buf = [0 as c_char; GGML_MAX_NAME];
+        for (dst, &b) in buf.iter_mut().zip(name.as_bytes().iter().take(GGML_MAX_NAME - 1)) {
+            *dst = b as c_char;
+        }
+        // SAFETY: buf is NUL-terminated and shorter than GGML_MAX_NAME.
+        unsafe { ggml_set_name(self.0, buf.as_ptr()) };
+    }
+    pub fn set_input(&self) {
+        // SAFETY: the tensor is live.
+        unsafe { ggml_set_input(self.0) }
+    }
+    pub fn set_output(&self) {
+        // SAFETY: the tensor is live.
+        unsafe { ggml_set_output(self.0) }
+    }
+}
+
+/// Bytes of `n` elements of type `t` in one row.
+pub fn row_size(t: c_int, n: i64) -> usize {
+    // SAFETY: pure arithmetic over ggml's type table; t is a valid type id.
+    unsafe { ggml_row_size(t, n) }
+}
+
+/// An owned ggml context whose tensors carry no data (no_alloc): metadata for
+/// weights, caches, or one graph.
+pub struct Ctx {
+    ptr: *mut ggml_context,
+}
+
+// SAFETY: a context is only touched by the thread that currently holds the
+// object owning it (&mut or a Mutex guard); ggml keeps no thread-local state in it.
+unsafe impl Send for Ctx {}
+// SAFETY: shared access only reads tensor metadata.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    /// A metadata-only context for up to `n_tensors` tensors and, with
+    /// `graph_nodes` > 0, one graph of that many nodes.
+    pub fn new(n_tensors: usize, graph_nodes: usize) -> Option<Ctx> {
+        // SAFETY: pure size arithmetic.
+        let mut size = unsafe { ggml_tensor_overhead() } * n_tensors;
+        if graph_nodes > 0 {
+            // SAFETY: pure size arithmetic.
+            size += unsafe { ggml_graph_overhead_custom(graph_nodes, false) };
+        }
+        let params = ggml_init_params { mem_size: size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
+        // SAFETY: ggml allocates the metadata pool itself; null on failure.
+        let ptr = unsafe { ggml_init(params) };
+        (!ptr.is_null()).then_some(Ctx { ptr })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ggml_context {
+        self.ptr
+    }
+
+    /// A new tensor of `ty` with the given extents (1 to 4 of them).
+    pub fn new_tensor(&self, ty: c_int, ne: &[i64]) -> Tensor {
+        // SAFETY: the context is live and has room (sized by the caller's count).
+        Tensor(unsafe {
+            match *ne {
+                [a] => ggml_new_tensor_1d(self.ptr, ty, a),
+                [a, b] => ggml_new_tensor_2d(self.ptr, ty, a, b),
+                [a, b, c] => ggml_new_tensor_3d(self.ptr, ty, a, b, c),
+                [a, b, c, d] => ggml_new_tensor_4d(self.ptr, ty, a, b, c, d),
+                _ => panic!("new_tensor: 1 to 4 dimensions"),
+            }
+        })
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: the context was made by ggml_init and is freed once.
+        unsafe { ggml_free(self.ptr) }
+    }
+}
+
+/// One graph under construction: its context and the graph itself.
+pub struct GraphCtx {
+    pub ctx: Ctx,
+    graph: *mut ggml_cgraph,
+}
+
+// SAFETY: see Ctx; the graph lives inside the context.
+unsafe impl Send for GraphCtx {}
+
+/// Parameters of rotary position embedding, as ggml_rope_ext takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeParams {
+    pub n_dims: i32,
+    pub mode: c_int,
+    pub n_ctx_orig: i32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+impl GraphCtx {
+    pub fn new(max_nodes: usize) -> Option<GraphCtx> {
+        let ctx = Ctx::new(max_nodes, max_nodes)?;
+        // SAFETY: the context was sized for a graph of max_nodes nodes.
+        let graph = unsafe { ggml_new_graph_custom(ctx.ptr, max_nodes, false) };
+        Some(GraphCtx { ctx, graph })
+    }
+
+    pub(crate) fn graph_ptr(&self) -> *mut ggml_cgraph {
+        self.graph
+    }
+
+    pub fn n_nodes(&self) -> usize {
+        // SAFETY: the graph is live.
+        unsafe { ggml_graph_n_nodes(self.graph) as usize }
+    }
+
+    pub fn expand(&self, t: Tensor) {
+        // SAFETY: both live; the graph was sized for the model's node count.
+        unsafe { ggml_build_forward_expand(self.graph, t.0) }
+    }
+
+    pub fn new_tensor(&self, ty: c_int, ne: &[i64]) -> Tensor {
+        self.ctx.new_tensor(ty, ne)
+    }
+
+    fn c(&self) -> *mut ggml_context {
+        self.ctx.ptr
+    }
+
+    // The ops below: each is the ggml op of the same name. SAFETY for all of
+    // them: the context and the operand tensors are live, and the graph
+    // builder passes only shapes that it derived to be compatible.
+
+    pub fn get_rows(&self, a: Tensor, ids: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_get_rows(self.c(), a.0, ids.0) })
+    }
+    pub fn set_rows(&self, dst: Tensor, src: Tensor, ids: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_set_rows(self.c(), dst.0, src.0, ids.0) })
+    }
+    pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_rms_norm(self.c(), a.0, eps) })
+    }
+    pub fn mul(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_mul(self.c(), a.0, b.0) })
+    }
+    pub fn add(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_add(self.c(), a.0, b.0) })
+    }
+    pub fn scale(&self, a: Tensor, s: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_scale(self.c(), a.0, s) })
+    }
+    pub fn tanh(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_tanh(self.c(), a.0) })
+    }
+    pub fn mul_mat(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_mul_mat(self.c(), a.0, b.0) })
+    }
+    /// Asks for f32 accumulation in the op (matmul, flash attention).
+    pub fn prec_f32(&self, a: Tensor) {
+        // SAFETY: see the note above.
+        unsafe { ggml_prec_set_acc(a.0, GGML_PREC_F32) };
+    }
+    pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_swiglu_split(self.c(), gate.0, up.0) })
+    }
+    pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_geglu_split(self.c(), gate.0, up.0) })
+    }
+    pub fn cont(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_cont(self.c(), a.0) })
+    }
+    pub fn cont_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_cont_2d(self.c(), a.0, ne0, ne1) })
+    }
+    pub fn cast(&self, a: Tensor, ty: c_int) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_cast(self.c(), a.0, ty) })
+    }
+    pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_reshape_2d(self.c(), a.0, ne0, ne1) })
+    }
+    pub fn reshape_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_reshape_3d(self.c(), a.0, ne0, ne1, ne2) })
+    }
+    pub fn view_2d(&self, a: Tensor, ne: [i64; 2], nb1: usize, offset: usize) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_view_2d(self.c(), a.0, ne[0], ne[1], nb1, offset) })
+    }
+    pub fn view_3d(&self, a: Tensor, ne: [i64; 3], nb: [usize; 2], offset: usize) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_view_3d(self.c(), a.0, ne[0], ne[1], ne[2], nb[0], nb[1], offset) })
+    }
+    pub fn view_4d(&self, a: Tensor, ne: [i64; 4], nb: [usize; 3], offset: usize) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_view_4d(self.c(), a.0, ne[0], ne[1], ne[2], ne[3], nb[0], nb[1], nb[2], offset) })
+    }
+    pub fn permute(&self, a: Tensor, axes: [c_int; 4]) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_permute(self.c(), a.0, axes[0], axes[1], axes[2], axes[3]) })
+    }
+    pub fn transpose(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_transpose(self.c(), a.0) })
+    }
+    pub fn rope_ext(&self, a: Tensor, pos: Tensor, p: &RopeParams) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe {
+            ggml_rope_ext(
+                self.c(),
+                a.0,
+                pos.0,
+                std::ptr::null_mut(),
+                p.n_dims,
+                p.mode,
+                p.n_ctx_orig,
+                p.freq_base,
+                p.freq_scale,
+                p.ext_factor,
+                p.attn_factor,
+                p.beta_fast,
+                p.beta_slow,
+            )
+        })
+    }
+    pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32, max_bias: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_soft_max_ext(self.c(), a.0, mask.0, scale, max_bias) })
+    }
+    pub fn flash_attn_ext(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: f32, softcap: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_flash_attn_ext(self.c(), q.0, k.0, v.0, mask.0, scale, 0.0, softcap) })
+    }
+    pub fn concat(&self, a: Tensor, b: Tensor, dim: c_int) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_concat(self.c(), a.0, b.0, dim) })
+    }
+    pub fn flash_attn_set_n_kv_max(&self, a: Tensor, n: i32) {
+        // SAFETY: see the note above.
+        unsafe { ggml_flash_attn_ext_set_n_kv_max(a.0, n) }
+    }
+}

@@ -1,0 +1,364 @@
+//! The one graph builder: reads the architecture row and builds the forward
+//! pass op for op as llama.cpp's `src/models/{llama,qwen2,gemma3}.cpp` with
+//! `llm_graph_context::build_*` do (same ops, types, scales, masks and the
+//! same place where the output rows are selected), naming intermediates as
+//! llama.cpp does so traces can be diffed.
+//!
+//! A batch is a list of segments: runs of tokens that each extend their own
+//! KV cache. Everything but attention runs over all tokens at once; each
+//! segment attends over its own cache with its own mask.
+use super::arch::{Activation, ArchSpec, HParams};
+use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
+use super::kv_cache::KvCache;
+use super::weights::{AttnWeights, FfnWeights, ModelWeights};
+use super::{Error, Result};
+
+/// One sequence's share of a batch.
+pub struct Segment<'a> {
+    pub cache: &'a KvCache,
+    /// Tokens of this segment (consecutive in the batch).
+    pub n_tokens: usize,
+    /// Whether every token of the segment gets logits (else only its last).
+    pub all_outputs: bool,
+}
+
+/// The input tensors of one segment.
+pub struct SegmentInputs {
+    pub k_idxs: Tensor,
+    pub v_idxs: Tensor,
+    /// Causal mask over the segment's cache [n_kv, n_tokens].
+    pub mask: Tensor,
+    /// The same with the sliding window, for SWA layers.
+    pub mask_swa: Option<Tensor>,
+    pub n_kv: usize,
+}
+
+/// A built graph and its inputs/outputs.
+pub struct ForwardGraph {
+    pub g: GraphCtx,
+    pub tokens: Tensor,
+    pub pos: Tensor,
+    pub out_ids: Tensor,
+    pub segments: Vec<SegmentInputs>,
+    /// [n_vocab, n_outputs]
+    pub logits: Tensor,
+    pub n_outputs: usize,
+}
+
+/// The static part of a session that the builder needs.
+pub struct Blueprint<'a> {
+    pub spec: &'static ArchSpec,
+    pub hp: &'a HParams,
+    pub weights: &'a ModelWeights,
+    pub flash_attn: bool,
+}
+
+/// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
+/// same way: generously, by layer count).
+fn max_nodes(hp: &HParams, n_segments: usize) -> usize {
+    2048 + hp.n_layer * (64 + 32 * n_segments)
+}
+
+struct Builder<'a, 'b> {
+    bp: &'a Blueprint<'a>,
+    g: &'b GraphCtx,
+    n_tokens: i64,
+}
+
+impl Blueprint<'_> {
+    /// Builds the graph for `segments` (each with n_tokens > 0 and room in its
+    /// cache: the caller checked both). With `worst_case` every segment
+    /// attends over its whole cache: the graph to reserve memory with.
+    pub fn build(&self, segments: &[Segment], worst_case: bool) -> Result<ForwardGraph> {
+        let hp = self.hp;
+        let n_tokens: usize = segments.iter().map(|s| s.n_tokens).sum();
+        let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
+        let g = GraphCtx::new(max_nodes(hp, segments.len()))
+            .ok_or_else(|| Error::Ggml("cannot allocate the graph context".into()))?;
+        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64 };
+
+        // inputs (llama.cpp's build_inp_embd, build_inp_pos, build_attn_inp_kv, build_inp_out_ids)
+        let tokens = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_tokens");
+        let pos = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_pos");
+        let mask_type = if self.flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
+        let has_swa = hp.swa_layers.iter().any(|&s| s);
+        let seg_inputs: Vec<SegmentInputs> = segments
+            .iter()
+            .map(|s| {
+                let n = s.n_tokens as i64;
+                let n_kv = if worst_case { s.cache.layout().kv_size } else { s.cache.n_kv(s.n_tokens) };
+                let v_len = if s.cache.layout().v_trans { n * hp.n_embd_v_gqa() as i64 } else { n };
+                SegmentInputs {
+                    k_idxs: input(&g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
+                    v_idxs: input(&g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
+                    mask: input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask"),
+                    mask_swa: has_swa.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask_swa")),
+                    n_kv,
+                }
+            })
+            .collect();
+        let out_ids = input(&g, GGML_TYPE_I32, &[n_outputs as i64], "out_ids");
+
+        let w = self.weights;
+        let mut inp_l = g.get_rows(w.tok_embd, tokens);
+        if self.spec.embed_scale_sqrt {
+            inp_l = g.scale(inp_l, (hp.n_embd as f32).sqrt());
+            name(inp_l, "inp_scaled", None);
+        }
+        g.expand(inp_l);
+
+        for (il, layer) in w.layers.iter().enumerate() {
+            let last = il + 1 == w.layers.len();
+            let cur = b.norm(inp_l, Some(layer.attn_norm), "attn_norm", Some(il));
+            let mut cur = b.attention(cur, &layer.attn, segments, &seg_inputs, pos, il);
+            let mut residual = inp_l;
+            if last {
+                // only the output rows go on past attention (llama.cpp's inp_out_ids)
+                cur = g.get_rows(cur, out_ids);
+                residual = g.get_rows(residual, out_ids);
+            }
+            if let Some(post) = layer.attn_post_norm {
+                cur = b.norm(cur, Some(post), "attn_post_norm", Some(il));
+            }
+            let ffn_inp = g.add(cur, residual);
+            name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
+            let cur = b.norm(ffn_inp, Some(layer.ffn_norm), "ffn_norm", Some(il));
+            let mut cur = b.ffn(cur, &layer.ffn, il);
+            name(cur, "ffn_out", Some(il));
+            if let Some(post) = layer.ffn_post_norm {
+                cur = b.norm(cur, Some(post), "ffn_post_norm", Some(il));
+            }
+            let out = g.add(cur, ffn_inp);
+            name(out, "l_out", Some(il));
+            inp_l = out;
+        }
+
+        let cur = b.norm(inp_l, Some(w.output_norm), "result_norm", None);
+        let mut logits = g.mul_mat(w.output, cur);
+        if hp.final_logit_softcap != 0.0 {
+            let cap = hp.final_logit_softcap;
+            logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);
+        }
+        name(logits, "result_output", None);
+        logits.set_output();
+        g.expand(logits);
+        Ok(ForwardGraph { g, tokens, pos, out_ids, segments: seg_inputs, logits, n_outputs })
+    }
+}
+
+fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
+    let t = g.new_tensor(ty, ne);
+    t.set_name(label);
+    t.set_input();
+    t
+}
+
+fn name(t: Tensor, label: &str, il: Option<usize>) {
+    match il {
+        Some(il) => t.set_name(&format!("{label}-{il}")),
+        None => t.set_name(label),
+    }
+}
+
+impl Builder<'_, '_> {
+    /// RMSNorm times the weight (llama.cpp's build_norm with LLM_NORM_RMS).
+    fn norm(&self, x: Tensor, weight: Option<Tensor>, label: &str, il: Option<usize>) -> Tensor {
+        let mut cur = self.g.rms_norm(x, self.bp.hp.norm_eps);
+        if let Some(w) = weight {
+            name(cur, "norm", il);
+            cur = self.g.mul(cur, w);
+        }
+        name(cur, label, il);
+        cur
+    }
+
+    /// A projection plus its optional bias.
+    fn linear(&self, w: Tensor, b: Option<Tensor>, x: Tensor) -> Tensor {
+        let cur = self.g.mul_mat(w, x);
+        match b {
+            Some(b) => self.g.add(cur, b),
+            None => cur,
+        }
+    }
+
+    fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
+        let hp = self.bp.hp;
+        let swa = hp.is_swa(il);
+        let p = RopeParams {
+            n_dims: hp.n_rot as i32,
+            mode: self.bp.spec.rope.ggml_mode(),
+            n_ctx_orig: hp.n_ctx_train as i32,
+            freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
+            freq_scale: if swa { 1.0 } else { hp.rope_freq_scale },
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        };
+        self.g.rope_ext(x, pos, &p)
+    }
+
+    /// Self-attention of one layer: Q/K/V projections, (Q/K norms,) RoPE,
+    /// the store into each segment's cache, attention over the cache, and the
+    /// output projection.
+    fn attention(
+        &self,
+        x: Tensor,
+        w: &AttnWeights,
+        segments: &[Segment],
+        inputs: &[SegmentInputs],
+        pos: Tensor,
+        il: usize,
+    ) -> Tensor {
+        let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
+        let n = self.n_tokens;
+        let q = self.linear(w.wq, w.bq, x);
+        let k = self.linear(w.wk, w.bk, x);
+        let v = self.linear(w.wv, w.bv, x);
+        let mut q = g.reshape_3d(q, hp.head_dim_k as i64, hp.n_head as i64, n);
+        let mut k = g.reshape_3d(k, hp.head_dim_k as i64, hp.n_head_kv as i64, n);
+        let v = g.reshape_3d(v, hp.head_dim_v as i64, hp.n_head_kv as i64, n);
+        if let Some(qn) = w.q_norm {
+            q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
+        }
+        q = self.rope(q, pos, il);
+        if let Some(kn) = w.k_norm {
+            k = self.norm(k, Some(kn), "Kcur_normed", Some(il));
+        }
+        k = self.rope(k, pos, il);
+        name(q, "Qcur", Some(il));
+        name(k, "Kcur", Some(il));
+        name(v, "Vcur", Some(il));
+        let kq_scale = if spec.scale_q {
+            q = g.scale(q, hp.attention_scale);
+            1.0
+        } else {
+            hp.attention_scale
+        };
+        // added together so that they are not reordered (as llama.cpp's build_attn)
+        g.expand(q);
+        g.expand(v);
+        g.expand(k);
+
+        let mut out: Option<Tensor> = None;
+        let mut first = 0i64;
+        for (seg, inp) in segments.iter().zip(inputs) {
+            let ns = seg.n_tokens as i64;
+            let (qs, ks, vs) = if segments.len() == 1 {
+                (q, k, v)
+            } else {
+                (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
+            };
+            g.expand(seg.cache.store_k(g, ks, inp.k_idxs, il));
+            g.expand(seg.cache.store_v(g, vs, inp.v_idxs, il));
+            let kc = seg.cache.view_k(g, il, inp.n_kv);
+            let vc = seg.cache.view_v(g, il, inp.n_kv);
+            let mask = if hp.is_swa(il) { inp.mask_swa.unwrap_or(inp.mask) } else { inp.mask };
+            let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, seg.cache.layout().v_trans);
+            out = Some(match out {
+                None => cur,
+                Some(prev) => g.concat(prev, cur, 1),
+            });
+            first += ns;
+        }
+        let cur = out.expect("at least one segment");
+        name(cur, "kqv_out", Some(il));
+        self.linear(w.wo, w.bo, cur)
+    }
+
+    /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
+    fn attn_mha(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32, v_trans: bool) -> Tensor {
+        let g = self.g;
+        let q = g.permute(q, [0, 2, 1, 3]);
+        let k = g.permute(k, [0, 2, 1, 3]);
+        let v = g.permute(v, [0, 2, 1, 3]);
+        if self.bp.flash_attn {
+            let v = if v_trans { g.transpose(v) } else { v };
+            let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0);
+            g.flash_attn_set_n_kv_max(cur, 0);
+            g.prec_f32(cur);
+            let ne = cur.ne();
+            return g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3]);
+        }
+        let kq = g.mul_mat(k, q);
+        g.prec_f32(kq);
+        let kq = g.soft_max_ext(kq, mask, kq_scale, 0.0);
+        let v = if v_trans { v } else { g.cont(g.transpose(v)) };
+        let kqv = g.mul_mat(v, kq);
+        let cur = g.permute(kqv, [0, 2, 1, 3]);
+        let ne = cur.ne();
+        g.cont_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
+    }
+
+    /// The gated feed-forward block (llama.cpp's build_ffn with LLM_FFN_PAR).
+    fn ffn(&self, x: Tensor, w: &FfnWeights, il: usize) -> Tensor {
+        let g = self.g;
+        let up = g.mul_mat(w.up, x);
+        name(up, "ffn_up", Some(il));
+        let gate = g.mul_mat(w.gate, x);
+        name(gate, "ffn_gate", Some(il));
+        let cur = match self.bp.spec.act {
+            Activation::SwiGlu => g.swiglu_split(gate, up),
+            Activation::GeGlu => g.geglu_split(gate, up),
+        };
+        g.mul_mat(w.down, cur)
+    }
+}
+
+/// Tokens `first..first+n` of a contiguous [a, b, n_tokens] tensor.
+fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
+    let ne = t.ne();
+    let nb = t.nb();
+    g.view_3d(t, [ne[0], ne[1], n], [nb[1], nb[2]], first as usize * nb[2])
+}
+
+/// Fills a causal mask [n_kv, n_tokens] for tokens at positions
+/// `first_pos..first_pos+n_tokens` of one sequence whose cell i holds
+/// position i; with `window` > 0 positions `window` or more behind are
+/// masked too (llama.cpp's standard SWA). 0 = keep, -inf = drop.
+pub fn causal_mask(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; n_kv * n_tokens];
+    for i in 0..n_tokens {
+        let p1 = first_pos + i;
+        let row = &mut m[i * n_kv..(i + 1) * n_kv];
+        for (p0, cell) in row.iter_mut().enumerate().take(p1 + 1) {
+            if window == 0 || p1 - p0 < window as usize {
+                *cell = 0.0;
+            }
+        }
+    }
+    m
+}
+
+/// The mask in the type the graph wants: f32, or f16 for flash attention
+/// (the values are only 0 and -inf, whose f16 bit patterns are fixed).
+pub fn mask_bytes(mask: &[f32], f16: bool) -> Vec<u8> {
+    if !f16 {
+        return mask.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    }
+    mask.iter().flat_map(|&v| if v == 0.0 { 0u16 } else { 0xFC00u16 }.to_ne_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_mask_sees_the_past_only() {
+        let m = causal_mask(4, 1, 2, 0);
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
+    }
+
+    #[test]
+    fn sliding_window_masks_old_positions() {
+        let m = causal_mask(4, 3, 1, 2);
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(m, vec![inf, inf, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn f16_mask_bits() {
+        assert_eq!(mask_bytes(&[0.0, f32::NEG_INFINITY], true), vec![0, 0, 0x00, 0xFC]);
+    }
+}

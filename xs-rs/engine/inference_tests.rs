@@ -1,0 +1,398 @@
+//! Tests of the forward pass: parity with llama.cpp's reference outputs,
+//! cache and batch consistency, pool reuse, and the input checks. Tests that
+//! need a model skip (with a note) when it is absent.
+use super::*;
+use std::path::PathBuf;
+
+fn model_dir() -> PathBuf {
+    match std::env::var("LUGH_MODEL_DIR") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/lugh/models"),
+    }
+}
+
+fn reference_dir() -> PathBuf {
+    match std::env::var("LUGH_REFERENCE_DIR") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/llamacpp-b11434"),
+    }
+}
+
+const MODELS: &[&str] = &["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"];
+
+fn open(name: &str) -> Option<Arc<Model>> {
+    let path = model_dir().join(format!("{name}.gguf"));
+    if !path.exists() {
+        eprintln!("skipped: {} is absent", path.display());
+        return None;
+    }
+    Some(Arc::new(Model::open(&path, true).expect("model opens")))
+}
+
+fn session(model: &Arc<Model>, flash: bool, n_ctx: usize) -> Inference {
+    let opts = InferenceOptions {
+        n_threads: Some(std::env::var("LUGH_TEST_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(2)),
+        n_ctx: Some(n_ctx),
+        flash_attn: Some(if flash { FlashAttn::Enabled } else { FlashAttn::Disabled }),
+        ..Default::default()
+    };
+    Inference::new(Arc::clone(model), opts).expect("session")
+}
+
+/// One reference case: prompt ids, top-20 (id, logit), greedy continuation.
+struct Case {
+    prompt: String,
+    tokens: Vec<i32>,
+    top: Vec<(i32, f32)>,
+    greedy: Vec<i32>,
+}
+
+/// The numbers of the JSON array after `"key":` (flattened).
+fn numbers_after(line: &str, key: &str) -> Vec<f64> {
+    let Some(at) = line.find(&format!("\"{key}\":[")) else {
+        return Vec::new();
+    };
+    let rest = &line[at + key.len() + 4..];
+    let mut depth = 1;
+    let mut end = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    rest[..end]
+        .split(|c: char| c == ',' || c == '[' || c == ']')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse::<f64>().expect("a number"))
+        .collect()
+}
+
+fn read_cases(model: &str, fa: &str) -> Vec<Case> {
+    let path = reference_dir().join(format!("logits.{model}.fa-{fa}.jsonl"));
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: {} is absent", path.display());
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let top = numbers_after(l, "top");
+            let prompt_end = l.find("\",\"tokens\"").unwrap_or(11);
+            Case {
+                prompt: l[11.min(prompt_end)..prompt_end].to_string(),
+                tokens: numbers_after(l, "tokens").into_iter().map(|x| x as i32).collect(),
+                top: top.chunks(2).map(|p| (p[0] as i32, p[1] as f32)).collect(),
+                greedy: numbers_after(l, "greedy").into_iter().map(|x| x as i32).collect(),
+            }
+        })
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> i32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Every reference case of one model and flash-attention setting: top-20
+/// logits within 0.05, greedy continuation identical.
+fn parity(model_name: &str, flash: bool) {
+    let Some(model) = open(model_name) else {
+        return;
+    };
+    let fa = if flash { "on" } else { "off" };
+    let cases = read_cases(model_name, fa);
+    if cases.is_empty() {
+        return;
+    }
+    let inf = session(&model, flash, 1024);
+    let mut worst = 0f32;
+    let mut greedy_ok = 0;
+    let mut failures = Vec::new();
+    for case in &cases {
+        let mut cache = inf.new_cache().unwrap();
+        let logits = inf.forward(&mut cache, &case.tokens, Output::Last, None).unwrap().remove(0);
+        let diff = case.top.iter().map(|&(id, l)| (logits[id as usize] - l).abs()).fold(0.0, f32::max);
+        worst = worst.max(diff);
+        if diff > 0.05 {
+            failures.push(format!("{:?}: top-20 max diff {diff:.4}", case.prompt));
+        }
+        let mut next = argmax(&logits);
+        let mut got = Vec::new();
+        for (i, &want) in case.greedy.iter().enumerate() {
+            got.push(next);
+            if next != want || i + 1 == case.greedy.len() {
+                break;
+            }
+            let l = inf.forward(&mut cache, &[next], Output::Last, None).unwrap().remove(0);
+            next = argmax(&l);
+        }
+        if got == case.greedy {
+            greedy_ok += 1;
+        } else {
+            failures.push(format!("{:?}: greedy {:?} != reference {:?}", case.prompt, got, case.greedy));
+        }
+    }
+    eprintln!(
+        "parity {model_name} fa-{fa}: max |logit diff| over top-20 = {worst:.5}; greedy identical {greedy_ok}/{}",
+        cases.len()
+    );
+    assert!(failures.is_empty(), "{model_name} fa-{fa}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn parity_smollm2_fa_on() {
+    parity(MODELS[0], true);
+}
+#[test]
+fn parity_smollm2_fa_off() {
+    parity(MODELS[0], false);
+}
+#[test]
+fn parity_qwen2_fa_on() {
+    parity(MODELS[1], true);
+}
+#[test]
+fn parity_qwen2_fa_off() {
+    parity(MODELS[1], false);
+}
+#[test]
+fn parity_gemma3_fa_on() {
+    parity(MODELS[2], true);
+}
+#[test]
+fn parity_gemma3_fa_off() {
+    parity(MODELS[2], false);
+}
+
+const SENTENCE: &[i32] = &[504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 1797, 1918, 553, 253];
+
+/// Cache fed token by token gives the logits of one forward over everything.
+#[test]
+fn cache_token_by_token_equals_full_forward() {
+    for name in MODELS {
+        let Some(model) = open(name) else { continue };
+        let inf = session(&model, true, 256);
+        let toks: Vec<i32> = SENTENCE.iter().map(|&t| t % inf.n_vocab() as i32).collect();
+        let mut full_cache = inf.new_cache().unwrap();
+        let full = inf.forward(&mut full_cache, &toks, Output::All, None).unwrap();
+        let mut cache = inf.new_cache().unwrap();
+        let mut worst = 0f32;
+        for (i, &t) in toks.iter().enumerate() {
+            let l = inf.forward(&mut cache, &[t], Output::Last, None).unwrap().remove(0);
+            worst = worst.max(max_diff(&l, &full[i]));
+        }
+        eprintln!("{name}: cache token by token vs full forward: max diff {worst:.5}");
+        assert!(worst <= 0.02, "{name}: {worst}");
+        assert_eq!(cache.n_cached(), toks.len());
+    }
+}
+
+/// forward_batch of several sequences equals separate forwards.
+#[test]
+fn batch_equals_separate_forwards() {
+    for name in MODELS {
+        let Some(model) = open(name) else { continue };
+        for flash in [true, false] {
+            let inf = session(&model, flash, 256);
+            let n = inf.n_vocab() as i32;
+            let seqs: Vec<Vec<i32>> =
+                vec![SENTENCE[..5].to_vec(), SENTENCE[3..12].to_vec(), SENTENCE[7..9].iter().map(|t| t % n).collect()];
+            let mut caches: Vec<KvCache> = seqs.iter().map(|_| inf.new_cache().unwrap()).collect();
+            let batched = inf.forward_batch(&mut caches, &seqs, None).unwrap();
+            let mut worst = 0f32;
+            for (s, b) in seqs.iter().zip(&batched) {
+                let mut c = inf.new_cache().unwrap();
+                let single = inf.forward(&mut c, s, Output::Last, None).unwrap().remove(0);
+                worst = worst.max(max_diff(b, &single));
+            }
+            // a second step: one more token each, through the same caches
+            let next: Vec<Vec<i32>> = vec![vec![13], vec![42], vec![7]];
+            let batched2 = inf.forward_batch(&mut caches, &next, None).unwrap();
+            for ((s, x), b) in seqs.iter().zip(&next).zip(&batched2) {
+                let mut c = inf.new_cache().unwrap();
+                let mut all = s.clone();
+                all.extend(x);
+                let single = inf.forward(&mut c, &all, Output::Last, None).unwrap().remove(0);
+                worst = worst.max(max_diff(b, &single));
+            }
+            eprintln!("{name} flash {flash}: batch vs separate max diff {worst:.5}");
+            assert!(worst <= 0.02, "{name}: {worst}");
+        }
+    }
+}
+
+/// After the first call, same-or-smaller inputs allocate no new buffer.
+#[test]
+fn pool_reuses_its_allocation() {
+    let Some(model) = open(MODELS[0]) else { return };
+    let inf = session(&model, true, 512);
+    let mut pool = inf.new_pool().unwrap();
+    assert_eq!(pool.n_allocations(), 0);
+    let mut cache = inf.new_cache().unwrap();
+    inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool)).unwrap();
+    let after_first = pool.n_allocations();
+    assert!(after_first >= 1);
+    for len in [8, 3, 1, 5, 8] {
+        cache.clear();
+        inf.forward(&mut cache, &SENTENCE[..len], Output::Last, Some(&mut pool)).unwrap();
+    }
+    // the cache growing past 256 cells attends more cells: still no new buffer
+    cache.clear();
+    for _ in 0..40 {
+        inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool)).unwrap();
+    }
+    assert_eq!(pool.n_allocations(), after_first, "no new compute buffer for same-or-smaller inputs");
+    pool.reset();
+    cache.clear();
+    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, Some(&mut pool)).unwrap();
+    assert_eq!(pool.n_allocations(), after_first + 1);
+    assert_eq!(pool.backend_name(), "CPU");
+}
+
+#[test]
+fn overflow_is_refused_before_computing() {
+    let Some(model) = open(MODELS[0]) else { return };
+    let inf = session(&model, true, 8);
+    let mut cache = inf.new_cache().unwrap();
+    inf.forward(&mut cache, &SENTENCE[..6], Output::Last, None).unwrap();
+    let err = inf.forward(&mut cache, &SENTENCE[..3], Output::Last, None).unwrap_err();
+    assert!(matches!(err, Error::KvOverflow { needed: 9, capacity: 8 }), "{err}");
+    assert_eq!(cache.n_cached(), 6, "nothing was appended");
+    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, None).unwrap();
+    assert_eq!(cache.n_cached(), 8);
+    cache.resize(4).unwrap();
+    assert_eq!(cache.n_cached(), 4);
+    assert!(cache.resize(5).is_err());
+    cache.clear();
+    assert_eq!(cache.n_cached(), 0);
+}
+
+#[test]
+fn bad_tokens_are_refused() {
+    let Some(model) = open(MODELS[0]) else { return };
+    let inf = session(&model, true, 64);
+    let mut cache = inf.new_cache().unwrap();
+    let err = inf.forward(&mut cache, &[1, 2, 49152], Output::Last, None).unwrap_err();
+    assert!(matches!(err, Error::TokenOutOfRange { pos: Some(2), id: 49152, n_vocab: 49152 }), "{err}");
+    assert!(err.to_string().contains("[0, 49152)"));
+    let err = inf.forward(&mut cache, &[-1], Output::Last, None).unwrap_err();
+    assert!(matches!(err, Error::TokenOutOfRange { pos: Some(0), id: -1, .. }));
+    assert!(inf.forward(&mut cache, &[], Output::Last, None).is_err());
+    let err = inf.forward_batch(&mut [inf.new_cache().unwrap()], &[vec![5, 99999]], None).unwrap_err();
+    assert!(matches!(err, Error::TokenOutOfRange { pos: Some(1), .. }));
+    assert_eq!(cache.n_cached(), 0);
+}
+
+#[test]
+fn options_and_backends() {
+    let Some(model) = open(MODELS[0]) else { return };
+    let err = Inference::new(
+        Arc::clone(&model),
+        InferenceOptions { backend: Some("NoSuchGPU".into()), ..Default::default() },
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("NoSuchGPU") && err.to_string().contains("CPU"), "{err}");
+    let inf = Inference::new(Arc::clone(&model), InferenceOptions::default()).unwrap();
+    assert_eq!(inf.backend_name(), "CPU");
+    assert_eq!(inf.n_ctx(), 4096.min(model.n_ctx_train().unwrap() as usize));
+    assert_eq!(inf.n_batch(), 512);
+    assert!(inf.flash_attn(), "auto resolves to on for the CPU");
+    assert_eq!(inf.n_threads(), physical_cores());
+    assert_eq!(inf.n_vocab(), 49152);
+    assert_eq!(inf.n_layer(), 30);
+}
+
+#[test]
+fn forward_all_has_one_row_per_token_and_chunks_agree() {
+    let Some(model) = open(MODELS[0]) else { return };
+    let opts = InferenceOptions {
+        n_threads: Some(2),
+        n_ctx: Some(64),
+        n_batch: Some(4),
+        flash_attn: Some(FlashAttn::Enabled),
+        ..Default::default()
+    };
+    let small_batches = Inference::new(Arc::clone(&model), opts).unwrap();
+    let inf = session(&model, true, 64);
+    let mut c1 = small_batches.new_cache().unwrap();
+    let a = small_batches.forward(&mut c1, SENTENCE, Output::All, None).unwrap();
+    assert_eq!(a.len(), SENTENCE.len());
+    let mut c2 = inf.new_cache().unwrap();
+    let b = inf.forward(&mut c2, SENTENCE, Output::Last, None).unwrap();
+    assert_eq!(b.len(), 1);
+    assert!(max_diff(a.last().unwrap(), &b[0]) <= 0.02);
+}
+
+/// Speed of prompt processing (64 tokens on an empty cache) and generation
+/// (32 single-token forwards), as llama-bench's pp64/tg32 measure them:
+/// `cargo test --release -- --ignored --nocapture bench_pp64_tg32`
+/// (LUGH_BENCH_MODEL picks the model file, LUGH_BENCH_THREADS the threads).
+#[test]
+#[ignore]
+fn bench_pp64_tg32() {
+    let name = std::env::var("LUGH_BENCH_MODEL").unwrap_or_else(|_| MODELS[0].to_string());
+    let Some(model) = open(&name) else { return };
+    let threads = std::env::var("LUGH_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or_else(physical_cores);
+    let opts = InferenceOptions { n_threads: Some(threads), n_ctx: Some(1024), ..Default::default() };
+    let inf = Inference::new(Arc::clone(&model), opts).unwrap();
+    let n = inf.n_vocab() as i32;
+    let prompt: Vec<i32> = (0..64).map(|i| (i * 7919 + 13) % n).collect();
+    let mut pool = inf.new_pool().unwrap();
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    for rep in 0..6 {
+        // rep 0 warms up; the others are averaged, as llama-bench does
+        let mut cache = inf.new_cache().unwrap();
+        let t = std::time::Instant::now();
+        inf.forward(&mut cache, &prompt, Output::Last, Some(&mut pool)).unwrap();
+        let pp_rate = 64.0 / t.elapsed().as_secs_f64();
+        cache.clear();
+        inf.forward(&mut cache, &prompt[..1], Output::Last, Some(&mut pool)).unwrap();
+        let t = std::time::Instant::now();
+        for i in 1..33 {
+            inf.forward(&mut cache, &prompt[i..i + 1], Output::Last, Some(&mut pool)).unwrap();
+        }
+        if rep > 0 {
+            pp.push(pp_rate);
+            tg.push(32.0 / t.elapsed().as_secs_f64());
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!("lugh {name} threads {threads}: pp64 {:.2} t/s, tg32 {:.2} t/s", mean(&pp), mean(&tg));
+}
+
+/// Debug aid: the top logits for given token ids, to compare with llama.cpp's
+/// ref-json on the same prompt: `LUGH_PROBE="model fa(on|off) id,id,..." cargo
+/// test --release -- --ignored --nocapture probe_top_logits`.
+#[test]
+#[ignore]
+fn probe_top_logits() {
+    let Ok(spec) = std::env::var("LUGH_PROBE") else { return };
+    let parts: Vec<&str> = spec.split_whitespace().collect();
+    let Some(model) = open(parts[0]) else { return };
+    let inf = session(&model, parts[1] == "on", 1024);
+    let tokens: Vec<i32> = parts[2].split(',').map(|t| t.parse().unwrap()).collect();
+    let mut cache = inf.new_cache().unwrap();
+    let logits = inf.forward(&mut cache, &tokens, Output::Last, None).unwrap().remove(0);
+    let mut ids: Vec<usize> = (0..logits.len()).collect();
+    ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let top: Vec<String> = ids[..8].iter().map(|&i| format!("[{i},{:.5}]", logits[i])).collect();
+    println!("probe top: {}", top.join(","));
+}

@@ -1,0 +1,206 @@
+//! The K/V cache of one sequence, laid out as llama.cpp's unified cache with
+//! one stream: per layer an f16 K tensor [n_embd_k_gqa, kv_size] and an f16 V
+//! tensor [n_embd_v_gqa, kv_size], V stored transposed (one row per channel)
+//! when flash attention is off. Cells are filled in order, so cell i holds
+//! position i. The graph code only calls `store_*`, `view_*` and `n_kv`.
+use super::ggml_ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16};
+use super::ggml_runtime::{Buffer, BufferType};
+use super::{Error, Result};
+
+/// What must match between a cache and the session that uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLayout {
+    pub n_layer: usize,
+    pub n_embd_k_gqa: usize,
+    pub n_embd_v_gqa: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_head_kv: usize,
+    /// Cells allocated: n_ctx padded to 256 as llama.cpp pads its context.
+    pub kv_size: usize,
+    /// V is stored transposed (flash attention off).
+    pub v_trans: bool,
+}
+
+/// llama.cpp pads n_kv (the cells a graph attends over) to a multiple of 256
+/// so that graphs keep their shape across steps; the padding changes the
+/// kernels' summation order, so it is part of matching its numerics.
+pub const KV_PAD: usize = 256;
+
+pub struct KvCache {
+    layout: CacheLayout,
+    n_ctx: usize,
+    n_cached: usize,
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    // Drop order: the buffer before the context describing its tensors.
+    buffer: Buffer,
+    _ctx: Ctx,
+}
+
+impl KvCache {
+    pub(crate) fn new(layout: CacheLayout, n_ctx: usize, buft: BufferType) -> Result<KvCache> {
+        let ctx =
+            Ctx::new(2 * layout.n_layer, 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
+        let mut k = Vec::with_capacity(layout.n_layer);
+        let mut v = Vec::with_capacity(layout.n_layer);
+        for il in 0..layout.n_layer {
+            let kt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+            kt.set_name(&format!("cache_k_l{il}"));
+            let vt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+            vt.set_name(&format!("cache_v_l{il}"));
+            k.push(kt);
+            v.push(vt);
+        }
+        let buffer = Buffer::alloc_ctx_tensors(&ctx, buft).ok_or_else(|| {
+            Error::Ggml(format!("cannot allocate a KV cache of {} cells ({})", layout.kv_size, buft.name()))
+        })?;
+        // Never-written cells must hold finite values: masked positions are
+        // multiplied by zero in the kernels and NaN * 0 is NaN.
+        buffer.clear();
+        Ok(KvCache { layout, n_ctx, n_cached: 0, k, v, buffer, _ctx: ctx })
+    }
+
+    pub fn layout(&self) -> &CacheLayout {
+        &self.layout
+    }
+    pub fn n_cached(&self) -> usize {
+        self.n_cached
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    pub fn n_layer(&self) -> usize {
+        self.layout.n_layer
+    }
+    pub fn free_cells(&self) -> usize {
+        self.n_ctx - self.n_cached
+    }
+    pub fn size_bytes(&self) -> usize {
+        self.buffer.size()
+    }
+
+    pub fn clear(&mut self) {
+        self.n_cached = 0;
+    }
+
+    /// Rolls back to the first `n` positions (n <= n_cached, else Error).
+    pub fn resize(&mut self, n: usize) -> Result<()> {
+        if n > self.n_cached {
+            return Err(Error::Argument(format!(
+                "cannot resize the KV cache to {n} positions: it holds only {} (resize only rolls back)",
+                self.n_cached
+            )));
+        }
+        self.n_cached = n;
+        Ok(())
+    }
+
+    /// Marks `n` more positions as filled (after a successful compute).
+    pub(crate) fn advance(&mut self, n: usize) {
+        debug_assert!(self.n_cached + n <= self.n_ctx);
+        self.n_cached += n;
+    }
+
+    /// The cells a graph over `n_new` more tokens attends to: llama.cpp's
+    /// `get_n_kv`, all used cells padded to 256, at most the cache size.
+    pub fn n_kv(&self, n_new: usize) -> usize {
+        let used = self.n_cached + n_new;
+        self.layout.kv_size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
+    }
+
+    /// The cell indices the new tokens go to (llama.cpp's k_idxs).
+    pub fn k_idxs(&self, n_new: usize) -> Vec<i64> {
+        (self.n_cached..self.n_cached + n_new).map(|c| c as i64).collect()
+    }
+
+    /// The element indices for the V rows: one per token, or with V
+    /// transposed one per token and channel (channel-major in the cache).
+    pub fn v_idxs(&self, n_new: usize) -> Vec<i64> {
+        if !self.layout.v_trans {
+            return self.k_idxs(n_new);
+        }
+        let (kv_size, n_embd) = (self.layout.kv_size as i64, self.layout.n_embd_v_gqa as i64);
+        let mut out = Vec::with_capacity(n_new * n_embd as usize);
+        for cell in self.n_cached as i64..(self.n_cached + n_new) as i64 {
+            out.extend((0..n_embd).map(|e| e * kv_size + cell));
+        }
+        out
+    }
+
+    /// Writes K of the new tokens, `k_cur` [head_dim, n_head_kv, n_new]
+    /// (contiguous), into the cells named by `k_idxs`.
+    pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
+        let ne = k_cur.ne();
+        let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);
+        g.set_rows(self.k[il], rows, k_idxs)
+    }
+
+    /// Writes V of the new tokens, as `store_k`; with V transposed every
+    /// element is its own row (llama.cpp's cpy_v).
+    pub fn store_v(&self, g: &GraphCtx, v_cur: Tensor, v_idxs: Tensor, il: usize) -> Tensor {
+        let ne = v_cur.ne();
+        let n_embd = ne[0] * ne[1];
+        if !self.layout.v_trans {
+            let rows = g.view_2d(v_cur, [n_embd, ne[2]], v_cur.nb()[2], 0);
+            return g.set_rows(self.v[il], rows, v_idxs);
+        }
+        let flat = if row_size(v_cur.type_id(), n_embd) == v_cur.nb()[2] {
+            g.reshape_2d(v_cur, n_embd, ne[2])
+        } else {
+            g.cont_2d(v_cur, n_embd, ne[2])
+        };
+        let cache = self.v[il];
+        let n_cache = cache.ne()[0] * cache.ne()[1];
+        let cache_elems = g.reshape_2d(cache, 1, n_cache);
+        let elems = g.reshape_2d(flat, 1, n_embd * ne[2]);
+        g.set_rows(cache_elems, elems, v_idxs)
+    }
+
+    /// K of the first `n_kv` cells as [head_dim, n_head_kv, n_kv, 1].
+    pub fn view_k(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
+        let l = &self.layout;
+        let k = self.k[il];
+        let t = k.type_id();
+        g.view_4d(
+            k,
+            [l.head_dim_k as i64, l.n_head_kv as i64, n_kv as i64, 1],
+            [
+                row_size(t, l.head_dim_k as i64),
+                row_size(t, l.n_embd_k_gqa as i64),
+                row_size(t, (l.n_embd_k_gqa * l.kv_size) as i64),
+            ],
+            0,
+        )
+    }
+
+    /// V of the first `n_kv` cells: [head_dim, n_head_kv, n_kv, 1], or with V
+    /// transposed [n_kv, n_head_kv, head_dim, 1].
+    pub fn view_v(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
+        let l = &self.layout;
+        let v = self.v[il];
+        let t = v.type_id();
+        if !l.v_trans {
+            return g.view_4d(
+                v,
+                [l.head_dim_v as i64, l.n_head_kv as i64, n_kv as i64, 1],
+                [
+                    row_size(t, l.head_dim_v as i64),
+                    row_size(t, l.n_embd_v_gqa as i64),
+                    row_size(t, (l.n_embd_v_gqa * l.kv_size) as i64),
+                ],
+                0,
+            );
+        }
+        g.view_4d(
+            v,
+            [n_kv as i64, l.n_head_kv as i64, l.head_dim_v as i64, 1],
+            [
+                row_size(t, (l.kv_size * l.head_dim_v) as i64),
+                row_size(t, l.kv_size as i64),
+                row_size(t, (l.kv_size * l.n_embd_v_gqa) as i64),
+            ],
+            0,
+        )
+    }
+}

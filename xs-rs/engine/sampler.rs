@@ -1,0 +1,546 @@
+//! Choosing the next token from logits: a chain of small steps over a list of
+//! candidates, as llama.cpp's sampler chain does (penalties → top-k → top-p →
+//! min-p → temperature → a final draw), ending in either a seeded random draw
+//! or the argmax.
+//!
+//! Randomness comes from our own generator ([`Rng`], xoshiro256**), never from
+//! perl's `rand`: a `seed` makes a draw reproducible, and without one the draw
+//! takes its seed from a process-wide default generator that `Lugh::srand`
+//! reseeds.
+use super::{Error, Result};
+use std::sync::Mutex;
+
+/// xoshiro256** (Blackman & Vigna), seeded through splitmix64 so that any u64
+/// seed, 0 included, gives a well-mixed state.
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut x = seed;
+        let mut splitmix = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        Rng { s: [splitmix(), splitmix(), splitmix(), splitmix()] }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in [0, 1), with 53 bits of precision.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// The process-wide default generator, used when a call gives no seed.
+/// Until `Lugh::srand` is called it is seeded from the clock and the pid.
+static DEFAULT_RNG: Mutex<Option<Rng>> = Mutex::new(None);
+
+/// A seed from the clock and the process id (for unseeded runs).
+pub fn entropy_seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    Rng::new(nanos ^ ((std::process::id() as u64) << 32)).next_u64()
+}
+
+/// Reseeds the default generator (`Lugh::srand`).
+pub fn seed_default_rng(seed: u64) {
+    *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(Rng::new(seed));
+}
+
+/// A generator for one call: from `seed` when given, else seeded by the next
+/// value of the default generator (so `Lugh::srand` makes unseeded calls
+/// reproducible too).
+pub fn rng_for_call(seed: Option<u64>) -> Rng {
+    match seed {
+        Some(seed) => Rng::new(seed),
+        None => {
+            let mut guard = DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner());
+            let default = guard.get_or_insert_with(|| Rng::new(entropy_seed()));
+            Rng::new(default.next_u64())
+        }
+    }
+}
+
+/// The tokens still in the running, with their (adjusted) logits. `probs` is
+/// filled by [`Candidates::softmax`], which also sorts by logit, best first.
+#[derive(Clone, Debug)]
+pub struct Candidates {
+    pub ids: Vec<i32>,
+    pub logits: Vec<f32>,
+    pub probs: Vec<f32>,
+    sorted: bool,
+}
+
+impl Candidates {
+    pub fn from_logits(logits: &[f32]) -> Candidates {
+        Candidates {
+            ids: (0..logits.len() as i32).collect(),
+            logits: logits.to_vec(),
+            probs: Vec::new(),
+            sorted: false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Sorts by logit (descending; ties keep the lower id first, like a
+    /// stable sort of ids in order) and computes the probabilities.
+    pub fn softmax(&mut self) {
+        self.sort();
+        let max = self.logits.first().copied().unwrap_or(0.0);
+        let exps: Vec<f32> = self.logits.iter().map(|&l| (l - max).exp()).collect();
+        let sum: f32 = exps.iter().sum();
+        self.probs = exps.into_iter().map(|e| e / sum).collect();
+    }
+
+    fn sort(&mut self) {
+        if self.sorted {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.sort_by(|&a, &b| self.better(a, b));
+        self.ids = order.iter().map(|&i| self.ids[i]).collect();
+        self.logits = order.iter().map(|&i| self.logits[i]).collect();
+        self.probs.clear();
+        self.sorted = true;
+    }
+
+    /// Keeps the `n` best candidates, sorted. Unsorted, it selects them
+    /// first (linear time) so that top-k over a large vocabulary sorts only k.
+    fn truncate(&mut self, n: usize) {
+        let n = n.max(1);
+        if !self.sorted && n < self.len() {
+            let mut order: Vec<usize> = (0..self.len()).collect();
+            order.select_nth_unstable_by(n - 1, |&a, &b| self.better(a, b));
+            order.truncate(n);
+            self.ids = order.iter().map(|&i| self.ids[i]).collect();
+            self.logits = order.iter().map(|&i| self.logits[i]).collect();
+            self.probs.clear();
+        }
+        self.sort();
+        self.ids.truncate(n);
+        self.logits.truncate(n);
+        self.probs.truncate(n);
+    }
+
+    /// Ordering of candidates: higher logit first, then lower id.
+    fn better(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        self.logits[b].total_cmp(&self.logits[a]).then(self.ids[a].cmp(&self.ids[b]))
+    }
+
+    /// The index of the highest logit (the lowest id among equals).
+    fn argmax(&self) -> usize {
+        let mut best = 0;
+        for i in 1..self.len() {
+            let better = self.logits[i] > self.logits[best]
+                || (self.logits[i] == self.logits[best] && self.ids[i] < self.ids[best]);
+            if better {
+                best = i;
+            }
+        }
+        best
+    }
+}
+
+/// One step of the chain: narrows or reshapes the candidates.
+pub trait Step {
+    fn apply(&mut self, cands: &mut Candidates);
+}
+
+/// Repetition, presence and frequency penalties over the last `last_n` tokens
+/// of the history (llama.cpp's `penalties`): a repeated token's logit is
+/// divided by `repeat` when positive and multiplied by it when negative, then
+/// lowered by `count * frequency + presence`.
+pub struct Penalties {
+    pub repeat: f32,
+    pub presence: f32,
+    pub frequency: f32,
+    pub counts: Vec<(i32, u32)>,
+}
+
+impl Penalties {
+    pub fn new(repeat: f32, presence: f32, frequency: f32, history: &[i32], last_n: usize) -> Penalties {
+        let recent = &history[history.len().saturating_sub(last_n)..];
+        let mut counts: Vec<(i32, u32)> = Vec::new();
+        let mut sorted = recent.to_vec();
+        sorted.sort_unstable();
+        for id in sorted {
+            match counts.last_mut() {
+                Some((last, n)) if *last == id => *n += 1,
+                _ => counts.push((id, 1)),
+            }
+        }
+        Penalties { repeat, presence, frequency, counts }
+    }
+}
+
+impl Step for Penalties {
+    fn apply(&mut self, cands: &mut Candidates) {
+        if self.counts.is_empty() || (self.repeat == 1.0 && self.presence == 0.0 && self.frequency == 0.0) {
+            return;
+        }
+        for (id, logit) in cands.ids.iter().zip(cands.logits.iter_mut()) {
+            let Ok(k) = self.counts.binary_search_by_key(id, |&(i, _)| i) else {
+                continue;
+            };
+            let count = self.counts[k].1 as f32;
+            if *logit > 0.0 {
+                *logit /= self.repeat;
+            } else {
+                *logit *= self.repeat;
+            }
+            *logit -= count * self.frequency + self.presence;
+        }
+        cands.sorted = false;
+    }
+}
+
+/// Keeps the `k` most likely candidates (k = 0: all).
+pub struct TopK(pub usize);
+
+impl Step for TopK {
+    fn apply(&mut self, cands: &mut Candidates) {
+        if self.0 > 0 && self.0 < cands.len() {
+            cands.truncate(self.0);
+        }
+    }
+}
+
+/// Nucleus sampling: keeps the smallest set of best candidates whose
+/// probabilities add up to at least `p` (p >= 1: all).
+pub struct TopP(pub f32);
+
+impl Step for TopP {
+    fn apply(&mut self, cands: &mut Candidates) {
+        if self.0 >= 1.0 {
+            return;
+        }
+        cands.softmax();
+        let mut sum = 0.0f32;
+        let mut keep = cands.len();
+        for (i, p) in cands.probs.iter().enumerate() {
+            sum += p;
+            if sum >= self.0 {
+                keep = i + 1;
+                break;
+            }
+        }
+        cands.truncate(keep);
+    }
+}
+
+/// Keeps candidates at least `p` times as likely as the best one (p = 0: all).
+pub struct MinP(pub f32);
+
+impl Step for MinP {
+    fn apply(&mut self, cands: &mut Candidates) {
+        if self.0 <= 0.0 || cands.is_empty() {
+            return;
+        }
+        cands.softmax();
+        let threshold = cands.probs[0] * self.0;
+        let keep = cands.probs.iter().take_while(|&&p| p >= threshold).count();
+        cands.truncate(keep);
+    }
+}
+
+/// Divides the logits by the temperature; a temperature of 0 (or below)
+/// keeps only the best candidate, so it means greedy, with no division.
+pub struct Temperature(pub f32);
+
+impl Step for Temperature {
+    fn apply(&mut self, cands: &mut Candidates) {
+        if self.0 <= 0.0 {
+            let best = cands.argmax();
+            *cands = Candidates {
+                ids: vec![cands.ids[best]],
+                logits: vec![cands.logits[best]],
+                probs: Vec::new(),
+                sorted: true,
+            };
+            return;
+        }
+        if self.0 != 1.0 {
+            cands.logits.iter_mut().for_each(|l| *l /= self.0);
+            cands.probs.clear();
+        }
+    }
+}
+
+/// The settings of a sampler, as the caller gives them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerOptions {
+    /// Always the most likely token (after penalties).
+    pub greedy: bool,
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: usize,
+    /// 1.0 = off.
+    pub top_p: f32,
+    /// 0.0 = off.
+    pub min_p: f32,
+    /// 1.0 = off.
+    pub repeat_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// How many of the most recent history tokens the penalties look at.
+    pub penalty_last_n: usize,
+    /// None: seeded from the default generator.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplerOptions {
+    /// Lugh's documented defaults: temperature 0.8, top_k 40, top_p 0.95.
+    fn default() -> Self {
+        SamplerOptions {
+            greedy: false,
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: None,
+        }
+    }
+}
+
+impl SamplerOptions {
+    /// Checks every value's range; the message names the option.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str, v: f32, range: &str| Err(Error::Argument(format!("{what} must be {range}, got {v}")));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad("temperature", self.temperature, "a number >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", self.top_p, "in (0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", self.min_p, "in [0, 1]");
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return bad("repeat_penalty", self.repeat_penalty, "a number > 0");
+        }
+        if !self.presence_penalty.is_finite() {
+            return bad("presence_penalty", self.presence_penalty, "a finite number");
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad("frequency_penalty", self.frequency_penalty, "a finite number");
+        }
+        Ok(())
+    }
+}
+
+/// A sampler: the chain built from [`SamplerOptions`] plus its generator.
+/// One sampler serves a whole generation, so a seed fixes every draw.
+pub struct Sampler {
+    options: SamplerOptions,
+    rng: Rng,
+}
+
+impl Sampler {
+    pub fn new(options: SamplerOptions) -> Result<Sampler> {
+        options.validate()?;
+        let rng = rng_for_call(options.seed);
+        Ok(Sampler { options, rng })
+    }
+
+    pub fn options(&self) -> &SamplerOptions {
+        &self.options
+    }
+
+    /// The next token for `logits`, penalising tokens of `history`.
+    pub fn sample(&mut self, logits: &[f32], history: &[i32]) -> Result<i32> {
+        if logits.is_empty() {
+            return Err(Error::Argument("logits are empty".into()));
+        }
+        if let Some(i) = logits.iter().position(|l| l.is_nan()) {
+            return Err(Error::Argument(format!("logit {i} is not a number (NaN)")));
+        }
+        let o = &self.options;
+        let mut cands = Candidates::from_logits(logits);
+        let mut chain: Vec<Box<dyn Step>> = vec![Box::new(Penalties::new(
+            o.repeat_penalty,
+            o.presence_penalty,
+            o.frequency_penalty,
+            history,
+            o.penalty_last_n,
+        ))];
+        let greedy = o.greedy || o.temperature <= 0.0;
+        if !greedy {
+            chain.push(Box::new(TopK(o.top_k)));
+            chain.push(Box::new(TopP(o.top_p)));
+            chain.push(Box::new(MinP(o.min_p)));
+            chain.push(Box::new(Temperature(o.temperature)));
+        }
+        for step in chain.iter_mut() {
+            step.apply(&mut cands);
+        }
+        if greedy {
+            return Ok(cands.ids[cands.argmax()]);
+        }
+        Ok(self.draw(&mut cands))
+    }
+
+    /// The final step: a draw from the softmax of what is left.
+    fn draw(&mut self, cands: &mut Candidates) -> i32 {
+        cands.softmax();
+        let r = self.rng.next_f64() as f32;
+        let mut sum = 0.0f32;
+        for (id, p) in cands.ids.iter().zip(&cands.probs) {
+            sum += p;
+            if r < sum {
+                return *id;
+            }
+        }
+        // Rounding can leave the sum a hair under r: the last candidate then.
+        *cands.ids.last().expect("at least one candidate")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SamplerOptions {
+        SamplerOptions { seed: Some(1), ..SamplerOptions::default() }
+    }
+
+    #[test]
+    fn rng_is_reproducible_and_uniform() {
+        let a: Vec<u64> = (0..5).scan(Rng::new(42), |r, _| Some(r.next_u64())).collect();
+        let b: Vec<u64> = (0..5).scan(Rng::new(42), |r, _| Some(r.next_u64())).collect();
+        assert_eq!(a, b);
+        assert_ne!(Rng::new(0).next_u64(), Rng::new(1).next_u64());
+        let mut r = Rng::new(7);
+        let mean: f64 = (0..100_000).map(|_| r.next_f64()).sum::<f64>() / 100_000.0;
+        assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn greedy_and_zero_temperature_take_the_argmax() {
+        let logits = [0.1, 3.0, 2.9, -1.0];
+        let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
+        assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
+        let mut s = Sampler::new(SamplerOptions { temperature: 0.0, ..opts() }).unwrap();
+        assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
+        // Ties: the lower id.
+        assert_eq!(s.sample(&[1.0, 5.0, 5.0], &[]).unwrap(), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_deterministic() {
+        let mut s = Sampler::new(SamplerOptions { top_k: 1, temperature: 5.0, ..opts() }).unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&[0.0, 1.0, 0.5], &[]).unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn top_p_keeps_the_nucleus() {
+        let mut c = Candidates::from_logits(&[0.0, 10.0, 9.0, -5.0]);
+        TopP(0.9).apply(&mut c);
+        assert_eq!(c.ids, vec![1, 2]);
+        let mut c = Candidates::from_logits(&[0.0, 10.0, 9.0, -5.0]);
+        TopP(0.5).apply(&mut c);
+        assert_eq!(c.ids, vec![1]);
+    }
+
+    #[test]
+    fn min_p_drops_unlikely_tokens() {
+        let mut c = Candidates::from_logits(&[0.0, 2.0, 1.9, -3.0]);
+        MinP(0.5).apply(&mut c);
+        assert_eq!(c.ids, vec![1, 2]);
+    }
+
+    #[test]
+    fn penalties_follow_llama_cpp() {
+        let mut c = Candidates::from_logits(&[2.0, -2.0, 1.0]);
+        Penalties::new(2.0, 0.5, 0.25, &[0, 1, 1, 9], 64).apply(&mut c);
+        assert_eq!(c.logits, vec![2.0 / 2.0 - 0.25 - 0.5, -2.0 * 2.0 - 0.5 - 0.5, 1.0]);
+        // Only the last n history tokens count.
+        let mut c = Candidates::from_logits(&[2.0, 2.0]);
+        Penalties::new(2.0, 0.0, 0.0, &[0, 1], 1).apply(&mut c);
+        assert_eq!(c.logits, vec![2.0, 1.0]);
+    }
+
+    #[test]
+    fn repeat_penalty_changes_greedy_choice() {
+        let mut s = Sampler::new(SamplerOptions { greedy: true, repeat_penalty: 2.0, ..opts() }).unwrap();
+        assert_eq!(s.sample(&[3.0, 2.0], &[0]).unwrap(), 1);
+    }
+
+    #[test]
+    fn seeded_draws_repeat_and_follow_the_distribution() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let run = |seed| {
+            let mut s = Sampler::new(SamplerOptions { seed: Some(seed), top_k: 0, top_p: 1.0, ..opts() }).unwrap();
+            (0..30).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(5), run(5));
+        assert_ne!(run(5), run(6));
+        // Two tokens, logits ln(3) and 0 at temperature 1: about 3:1.
+        let mut s = Sampler::new(SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, ..opts() }).unwrap();
+        let firsts = (0..20_000).filter(|_| s.sample(&[3f32.ln(), 0.0], &[]).unwrap() == 0).count();
+        assert!((firsts as f64 / 20_000.0 - 0.75).abs() < 0.02, "{firsts}");
+    }
+
+    #[test]
+    fn default_rng_reseeds() {
+        seed_default_rng(99);
+        let a = rng_for_call(None).next_u64();
+        seed_default_rng(99);
+        assert_eq!(a, rng_for_call(None).next_u64());
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for o in [
+            SamplerOptions { temperature: -1.0, ..opts() },
+            SamplerOptions { top_p: 0.0, ..opts() },
+            SamplerOptions { top_p: 1.5, ..opts() },
+            SamplerOptions { min_p: 2.0, ..opts() },
+            SamplerOptions { repeat_penalty: 0.0, ..opts() },
+            SamplerOptions { temperature: f32::NAN, ..opts() },
+        ] {
+            assert!(Sampler::new(o).is_err());
+        }
+        let mut s = Sampler::new(opts()).unwrap();
+        assert!(s.sample(&[], &[]).is_err());
+        assert!(s.sample(&[1.0, f32::NAN], &[]).to_string_err().contains("logit 1"));
+    }
+
+    trait ErrString {
+        fn to_string_err(self) -> String;
+    }
+    impl<T> ErrString for Result<T> {
+        fn to_string_err(self) -> String {
+            self.err().map(|e| e.to_string()).unwrap_or_default()
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! What one Lugh::Inference object holds, and the caches and pools made from
+//! it. The perl objects are `Arc`s of these types: a [`CacheHandle`] or
+//! [`PoolHandle`] holds an `Arc<Session>`, and a session holds its model's
+//! `Arc`, so parents outlive their children whatever order perl frees them in.
+//!
+//! No lock is held while perl code runs (the generate callback may call back
+//! into the same session): scratch caches and the scratch pool are taken out
+//! of their slots for the duration of a call and put back afterwards.
+use super::generate::{self, CachedSession, GenerateOptions, TokenText};
+use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
+use super::model::Model;
+use super::{Error, Result};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Scratch caches kept for later calls (each holds n_ctx positions of K/V).
+const MAX_SCRATCH_CACHES: usize = 4;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while locked is already reported as an error; the state it
+    // guards (a slot holding an Option) stays consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Session {
+    pub engine: Inference,
+    scratch_caches: Mutex<Vec<KvCache>>,
+    scratch_pool: Mutex<Option<ComputePool>>,
+}
+
+/// A KV cache of one session (Lugh::KVCache). The slot is empty only while a
+/// batched forward has moved the cache out, or after a panic in one.
+pub struct CacheHandle {
+    session: Arc<Session>,
+    cache: Mutex<Option<KvCache>>,
+}
+
+/// A compute pool of one session (Lugh::MemoryPool).
+pub struct PoolHandle {
+    session: Arc<Session>,
+    pool: Mutex<ComputePool>,
+}
+
+const LOST: &str = "this KV cache was lost to an internal error; create a new one";
+
+impl CacheHandle {
+    /// Runs `f` on the cache.
+    pub fn with<R>(&self, f: impl FnOnce(&mut KvCache) -> Result<R>) -> Result<R> {
+        lock(&self.cache).as_mut().map_or_else(|| Err(Error::Argument(LOST.into())), f)
+    }
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+}
+
+impl PoolHandle {
+    pub fn with<R>(&self, f: impl FnOnce(&mut ComputePool) -> R) -> R {
+        f(&mut lock(&self.pool))
+    }
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
+        Ok(Session {
+            engine: Inference::new(model, options)?,
+            scratch_caches: Mutex::new(Vec::new()),
+            scratch_pool: Mutex::new(None),
+        })
+    }
+
+    pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
+        Ok(CacheHandle { session: self.clone(), cache: Mutex::new(Some(self.engine.new_cache()?)) })
+    }
+
+    pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
+        Ok(PoolHandle { session: self.clone(), pool: Mutex::new(self.engine.new_pool()?) })
+    }
+
+    fn check_owner(&self, owner: &Arc<Session>, what: &str) -> Result<()> {
+        if std::ptr::eq(Arc::as_ptr(owner), self) {
+            Ok(())
+        } else {
+            Err(Error::Argument(format!("the {what} belongs to another Lugh::Inference object")))
+        }
+    }
+
+    /// `n` empty caches for one call, from the scratch stack or new.
+    fn take_scratch(&self, n: usize) -> Result<Vec<KvCache>> {
+        let mut caches: Vec<KvCache> = {
+            let mut stack = lock(&self.scratch_caches);
+            let keep = stack.len().saturating_sub(n);
+            stack.drain(keep..).collect()
+        };
+        for c in caches.iter_mut() {
+            c.clear();
+        }
+        while caches.len() < n {
+            caches.push(self.engine.new_cache()?);
+        }
+        Ok(caches)
+    }
+
+    fn return_scratch(&self, caches: Vec<KvCache>) {
+        let mut stack = lock(&self.scratch_caches);
+        let room = MAX_SCRATCH_CACHES.saturating_sub(stack.len());
+        stack.extend(caches.into_iter().take(room));
+    }
+
+    /// A forward pass over `tokens`, appending to `cache` (or to a fresh
+    /// scratch cache, so the call sees only these tokens).
+    pub fn forward(
+        &self,
+        tokens: &[i32],
+        cache: Option<&CacheHandle>,
+        pool: Option<&PoolHandle>,
+        output: Output,
+    ) -> Result<Vec<Vec<f32>>> {
+        if let Some(p) = pool {
+            self.check_owner(&p.session, "memory pool")?;
+        }
+        let mut pool_guard = pool.map(|p| lock(&p.pool));
+        let pool_ref = pool_guard.as_deref_mut();
+        match cache {
+            Some(c) => {
+                self.check_owner(&c.session, "KV cache")?;
+                c.with(|kv| self.engine.forward(kv, tokens, output, pool_ref))
+            }
+            None => {
+                let mut scratch = self.take_scratch(1)?;
+                let result = self.engine.forward(&mut scratch[0], tokens, output, pool_ref);
+                self.return_scratch(scratch);
+                result
+            }
+        }
+    }
+
+    /// Several sequences in one graph per step; with `caches`, each sequence
+    /// appends to its own cache (one per sequence, no cache twice).
+    pub fn forward_batch(
+        &self,
+        sequences: &[Vec<i32>],
+        caches: Option<&[Arc<CacheHandle>]>,
+        pool: Option<&PoolHandle>,
+    ) -> Result<Vec<Vec<f32>>> {
+        if sequences.is_empty() {
+            return Err(Error::Argument("no sequences given (the list is empty)".into()));
+        }
+        if let Some(p) = pool {
+            self.check_owner(&p.session, "memory pool")?;
+        }
+        let mut pool_guard = pool.map(|p| lock(&p.pool));
+        let pool_ref = pool_guard.as_deref_mut();
+        let Some(handles) = caches else {
+            let mut scratch = self.take_scratch(sequences.len())?;
+            let result = self.engine.forward_batch(&mut scratch, sequences, pool_ref);
+            self.return_scratch(scratch);
+            return result;
+        };
+        if handles.len() != sequences.len() {
+            return Err(Error::Argument(format!(
+                "{} sequences but {} caches (give one cache per sequence)",
+                sequences.len(),
+                handles.len()
+            )));
+        }
+        for (i, h) in handles.iter().enumerate() {
+            self.check_owner(&h.session, &format!("KV cache {i}"))?;
+            if let Some(j) = handles[..i].iter().position(|o| Arc::ptr_eq(o, h)) {
+                return Err(Error::Argument(format!("caches {j} and {i} are the same KV cache")));
+            }
+        }
+        // forward_batch wants the caches side by side: move them out of their
+        // slots for the call, and back afterwards.
+        let mut guards: Vec<_> = handles.iter().map(|h| lock(&h.cache)).collect();
+        if guards.iter().any(|g| g.is_none()) {
+            return Err(Error::Argument(LOST.into()));
+        }
+        let mut moved: Vec<KvCache> = guards.iter_mut().map(|g| g.take().expect("checked above")).collect();
+        let result = self.engine.forward_batch(&mut moved, sequences, pool_ref);
+        for (g, c) in guards.iter_mut().zip(moved) {
+            **g = Some(c);
+        }
+        result
+    }
+
+    /// Generates from `prompt` on a fresh scratch cache. See
+    /// [`generate::generate`] for the callback's contract.
+    pub fn generate<E: From<Error>>(
+        &self,
+        prompt: &[i32],
+        options: &GenerateOptions,
+        on_token: impl FnMut(i32, usize) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<Vec<i32>, E> {
+        // The model's own end-of-generation tokens and stop strings need the
+        // vocabulary; a user's eos_token alone does not.
+        let vocab = if options.eos_token.is_none() || !options.stop.is_empty() {
+            Some(self.engine.model().vocab()?)
+        } else {
+            None
+        };
+        let mut cache = self.take_scratch(1)?.pop().expect("one cache");
+        let taken_pool = lock(&self.scratch_pool).take();
+        let mut pool = match taken_pool {
+            Some(p) => p,
+            None => self.engine.new_pool()?,
+        };
+        let mut source = CachedSession { inference: &self.engine, cache: &mut cache, pool: Some(&mut pool) };
+        let text = vocab.as_deref().map(|v| v as &dyn TokenText);
+        let result = generate::generate(&mut source, text, prompt, options, on_token);
+        *lock(&self.scratch_pool) = Some(pool);
+        self.return_scratch(vec![cache]);
+        result
+    }
+}

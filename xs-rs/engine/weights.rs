@@ -1,0 +1,408 @@
+//! The model's weights on a backend, in their GGUF types: the tensor-name
+//! table, the per-layer weight structs the graph builder reads, and the
+//! loader that places each weight in the buffer type llama.cpp would pick
+//! (the CPU's repacking "extra" types for matmul weights they support, else
+//! the plain CPU buffer mapped over the file without a copy).
+use super::arch::{ArchSpec, HParams};
+use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32};
+use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
+use super::ggml_sys as sys;
+use super::gguf::TensorInfo;
+use super::model::Model;
+use super::{Error, Result};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The weight tensors by role; `name(il)` gives the GGUF name without suffix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    TokenEmbd,
+    OutputNorm,
+    Output,
+    AttnNorm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOut,
+    AttnQNorm,
+    AttnKNorm,
+    AttnPostNorm,
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    FfnPostNorm,
+}
+
+/// The op a weight feeds, which decides the buffer types it may live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WeightOp {
+    GetRows,
+    MulMat,
+    /// Elementwise (norm weights, biases).
+    Elementwise,
+}
+
+impl TensorKind {
+    fn stem(self) -> &'static str {
+        use TensorKind::*;
+        match self {
+            TokenEmbd => "token_embd",
+            OutputNorm => "output_norm",
+            Output => "output",
+            AttnNorm => "attn_norm",
+            AttnQ => "attn_q",
+            AttnK => "attn_k",
+            AttnV => "attn_v",
+            AttnOut => "attn_output",
+            AttnQNorm => "attn_q_norm",
+            AttnKNorm => "attn_k_norm",
+            AttnPostNorm => "post_attention_norm",
+            FfnNorm => "ffn_norm",
+            FfnGate => "ffn_gate",
+            FfnUp => "ffn_up",
+            FfnDown => "ffn_down",
+            FfnPostNorm => "post_ffw_norm",
+        }
+    }
+
+    /// The full GGUF name: `blk.N.stem.suffix` for layer tensors.
+    pub fn name(self, il: Option<usize>, suffix: &str) -> String {
+        match il {
+            Some(il) => format!("blk.{il}.{}.{suffix}", self.stem()),
+            None => format!("{}.{suffix}", self.stem()),
+        }
+    }
+
+    fn op(self, suffix: &str) -> WeightOp {
+        use TensorKind::*;
+        match (self, suffix) {
+            (_, "bias") => WeightOp::Elementwise,
+            (TokenEmbd, _) => WeightOp::GetRows,
+            (Output | AttnQ | AttnK | AttnV | AttnOut | FfnGate | FfnUp | FfnDown, _) => WeightOp::MulMat,
+            _ => WeightOp::Elementwise,
+        }
+    }
+}
+
+/// Attention weights of one layer (ggml shapes: ne0 first).
+pub struct AttnWeights {
+    pub wq: Tensor, // [n_embd, n_head * head_dim_k]
+    pub wk: Tensor, // [n_embd, n_head_kv * head_dim_k]
+    pub wv: Tensor, // [n_embd, n_head_kv * head_dim_v]
+    pub wo: Tensor, // [n_head * head_dim_v, n_embd]
+    pub bq: Option<Tensor>,
+    pub bk: Option<Tensor>,
+    pub bv: Option<Tensor>,
+    pub bo: Option<Tensor>,
+    pub q_norm: Option<Tensor>, // [head_dim_k]
+    pub k_norm: Option<Tensor>, // [head_dim_k]
+}
+
+/// Gated feed-forward weights of one layer.
+pub struct FfnWeights {
+    pub gate: Tensor, // [n_embd, n_ff]
+    pub up: Tensor,   // [n_embd, n_ff]
+    pub down: Tensor, // [n_ff, n_embd]
+}
+
+pub struct LayerWeights {
+    pub attn_norm: Tensor, // [n_embd]
+    pub attn: AttnWeights,
+    pub attn_post_norm: Option<Tensor>, // [n_embd]
+    pub ffn_norm: Tensor,               // [n_embd]
+    pub ffn: FfnWeights,
+    pub ffn_post_norm: Option<Tensor>, // [n_embd]
+}
+
+/// All weights of a model on one device. Immutable after load.
+pub struct ModelWeights {
+    pub tok_embd: Tensor,    // [n_embd, n_vocab]
+    pub output_norm: Tensor, // [n_embd]
+    pub output: Tensor,      // [n_embd, n_vocab] (a second tensor over token_embd when tied)
+    pub layers: Vec<LayerWeights>,
+    /// (buffer type name, bytes) per buffer, for diagnostics.
+    pub placement: Vec<(String, usize)>,
+    // Drop order: buffers before the contexts that describe their tensors,
+    // and both before the model whose mapping the CPU buffer points into.
+    _buffers: Vec<Buffer>,
+    _contexts: Vec<Ctx>,
+    _model: Arc<Model>,
+}
+
+/// One weight to create: its file entry and where it goes.
+struct Pending {
+    info: TensorInfo,
+    buft: usize,
+    tensor: Option<Tensor>,
+}
+
+/// Chooses buffer types and collects the tensors to create.
+struct Loader<'a> {
+    model: &'a Model,
+    spec: &'static ArchSpec,
+    device: Device,
+    /// Candidates for matmul weights: the extra types first, the device's own last.
+    bufts: Vec<BufferType>,
+    pending: Vec<Pending>,
+    by_name: HashMap<String, usize>,
+}
+
+impl<'a> Loader<'a> {
+    /// Registers `kind` (for layer `il`) and returns its index in `pending`;
+    /// None for an absent optional tensor, an error for an absent required one.
+    fn want(
+        &mut self,
+        kind: TensorKind,
+        il: Option<usize>,
+        suffix: &str,
+        required: bool,
+        ne: &[i64],
+    ) -> Result<Option<usize>> {
+        self.want_as(kind, kind, il, suffix, required, ne)
+    }
+
+    /// As `want`, but reads the file tensor of `file_kind` for the role `role`
+    /// (tied output: the role Output over the file's token_embd).
+    fn want_as(
+        &mut self,
+        role: TensorKind,
+        file_kind: TensorKind,
+        il: Option<usize>,
+        suffix: &str,
+        required: bool,
+        ne: &[i64],
+    ) -> Result<Option<usize>> {
+        let name = file_kind.name(il, suffix);
+        let Some(info) = self.model.gguf.tensor(&name) else {
+            if required {
+                return Err(Error::MissingTensor { path: self.model.path().clone(), name, arch: self.spec.name });
+            }
+            return Ok(None);
+        };
+        let have = info.ne();
+        let expect: Vec<i64> = ne.iter().copied().chain(std::iter::repeat(1)).take(4).collect();
+        if have[..] != expect[..] || sys::type_traits(info.ggml_type).is_none() {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "tensor {name} has shape {:?}, expected {:?} (architecture {})",
+                    &have, ne, self.spec.name
+                ),
+            });
+        }
+        let key = format!("{name}/{:?}", role.op(suffix));
+        if let Some(&i) = self.by_name.get(&key) {
+            return Ok(Some(i));
+        }
+        let buft = self.choose_buft(info, role.op(suffix));
+        self.pending.push(Pending { info: info.clone(), buft, tensor: None });
+        self.by_name.insert(key, self.pending.len() - 1);
+        Ok(Some(self.pending.len() - 1))
+    }
+
+    /// llama.cpp's `select_weight_buft`: the first candidate buffer type in
+    /// which the device supports the weight's op (a matmul probed with a
+    /// 512-row f32 batch).
+    fn choose_buft(&self, info: &TensorInfo, op: WeightOp) -> usize {
+        let default = self.bufts.len() - 1;
+        if op != WeightOp::MulMat {
+            return default;
+        }
+        let Some(ctx) = Ctx::new(3, 0) else {
+            return default;
+        };
+        let ne = info.ne();
+        let w = ctx.new_tensor(info.ggml_type as i32, &ne);
+        let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
+        let Some(g) = super::ggml_ops::GraphCtx::new(4) else {
+            return default;
+        };
+        for (i, &buft) in self.bufts.iter().enumerate() {
+            let Some(probe) = Buffer::probe(buft) else {
+                continue;
+            };
+            probe.mark_probe(w);
+            let op = g.mul_mat(w, b);
+            if self.device.supports_op(op) {
+                return i;
+            }
+        }
+        default
+    }
+
+    fn tensor(&self, idx: usize) -> Tensor {
+        self.pending[idx].tensor.expect("weights created before use")
+    }
+}
+
+impl ModelWeights {
+    /// Loads every weight the architecture needs onto `device`.
+    pub fn load(model: &Arc<Model>, spec: &'static ArchSpec, hp: &HParams, device: Device) -> Result<ModelWeights> {
+        let mut bufts = if device.is_cpu() { device.extra_buffer_types() } else { Vec::new() };
+        bufts.push(device.buffer_type());
+        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new(), by_name: HashMap::new() };
+        let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
+        let q_dim = (hp.n_head * hp.head_dim_k) as i64;
+        let k_dim = hp.n_embd_k_gqa() as i64;
+        let v_dim = hp.n_embd_v_gqa() as i64;
+        let o_dim = (hp.n_head * hp.head_dim_v) as i64;
+        use TensorKind::*;
+        let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
+        let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
+        let output = match ld.want(Output, None, "weight", false, &[n_embd, n_vocab])? {
+            Some(i) => i,
+            None => ld.want_as(Output, TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap(),
+        };
+        struct LayerIdx {
+            attn_norm: usize,
+            q: usize,
+            k: usize,
+            v: usize,
+            o: usize,
+            bias: [Option<usize>; 4],
+            q_norm: Option<usize>,
+            k_norm: Option<usize>,
+            attn_post_norm: Option<usize>,
+            ffn_norm: usize,
+            gate: usize,
+            up: usize,
+            down: usize,
+            ffn_post_norm: Option<usize>,
+        }
+        let mut layer_idx = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let l = Some(il);
+            let bias = if spec.qkv_bias {
+                [
+                    ld.want(AttnQ, l, "bias", false, &[q_dim])?,
+                    ld.want(AttnK, l, "bias", false, &[k_dim])?,
+                    ld.want(AttnV, l, "bias", false, &[v_dim])?,
+                    ld.want(AttnOut, l, "bias", false, &[n_embd])?,
+                ]
+            } else {
+                [None; 4]
+            };
+            let hd = hp.head_dim_k as i64;
+            layer_idx.push(LayerIdx {
+                attn_norm: ld.want(AttnNorm, l, "weight", true, &[n_embd])?.unwrap(),
+                q: ld.want(AttnQ, l, "weight", true, &[n_embd, q_dim])?.unwrap(),
+                k: ld.want(AttnK, l, "weight", true, &[n_embd, k_dim])?.unwrap(),
+                v: ld.want(AttnV, l, "weight", true, &[n_embd, v_dim])?.unwrap(),
+                o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
+                bias,
+                q_norm: if spec.qk_norm { ld.want(AttnQNorm, l, "weight", true, &[hd])? } else { None },
+                k_norm: if spec.qk_norm { ld.want(AttnKNorm, l, "weight", true, &[hd])? } else { None },
+                attn_post_norm: if spec.post_norms {
+                    ld.want(AttnPostNorm, l, "weight", true, &[n_embd])?
+                } else {
+                    None
+                },
+                ffn_norm: ld.want(FfnNorm, l, "weight", true, &[n_embd])?.unwrap(),
+                gate: ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                up: ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
+            });
+        }
+
+        let (contexts, buffers, placement) = place(&mut ld)?;
+        let t = |i: usize| ld.tensor(i);
+        let o = |i: Option<usize>| i.map(|i| ld.tensor(i));
+        let layers = layer_idx
+            .iter()
+            .map(|x| LayerWeights {
+                attn_norm: t(x.attn_norm),
+                attn: AttnWeights {
+                    wq: t(x.q),
+                    wk: t(x.k),
+                    wv: t(x.v),
+                    wo: t(x.o),
+                    bq: o(x.bias[0]),
+                    bk: o(x.bias[1]),
+                    bv: o(x.bias[2]),
+                    bo: o(x.bias[3]),
+                    q_norm: o(x.q_norm),
+                    k_norm: o(x.k_norm),
+                },
+                attn_post_norm: o(x.attn_post_norm),
+                ffn_norm: t(x.ffn_norm),
+                ffn: FfnWeights { gate: t(x.gate), up: t(x.up), down: t(x.down) },
+                ffn_post_norm: o(x.ffn_post_norm),
+            })
+            .collect();
+        Ok(ModelWeights {
+            tok_embd: t(tok_embd),
+            output_norm: t(output_norm),
+            output: t(output),
+            layers,
+            placement,
+            _buffers: buffers,
+            _contexts: contexts,
+            _model: Arc::clone(model),
+        })
+    }
+}
+
+type Placed = (Vec<Ctx>, Vec<Buffer>, Vec<(String, usize)>);
+
+/// Creates the tensors, one context per buffer type, and gives them memory:
+/// weights for the device's own (host) buffer type are mapped in place when
+/// the model is mapped; the others are allocated and filled (the CPU's extra
+/// types repack while they are filled).
+fn place(ld: &mut Loader) -> Result<Placed> {
+    let ggml_err = |what: String| Error::Ggml(what);
+    let default = ld.bufts.len() - 1;
+    let mut contexts = Vec::new();
+    let mut buffers = Vec::new();
+    let mut placement = Vec::new();
+    for b in 0..ld.bufts.len() {
+        let members: Vec<usize> = (0..ld.pending.len()).filter(|&i| ld.pending[i].buft == b).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let ctx = Ctx::new(members.len(), 0).ok_or_else(|| ggml_err("cannot create a weights context".into()))?;
+        for &i in &members {
+            let info = &ld.pending[i].info;
+            let t = ctx.new_tensor(info.ggml_type as i32, &info.ne());
+            t.set_name(&info.name);
+            ld.pending[i].tensor = Some(t);
+        }
+        let mapping = ld.model.mapping().filter(|_| b == default && ld.device.is_cpu());
+        let buffer = if let Some(map) = mapping {
+            // SAFETY: the mapping belongs to the model, which ModelWeights keeps
+            // alive (Arc) until after this buffer is freed.
+            let buf = unsafe { Buffer::from_host(map.as_ptr(), map.len()) }
+                .ok_or_else(|| ggml_err("cannot wrap the model's mapping in a CPU buffer".into()))?;
+            for &i in &members {
+                let p = &ld.pending[i];
+                let data = ld.model.mapped_data(&p.info).expect("mapped model");
+                if !buf.place(p.tensor.unwrap(), data.as_ptr()) {
+                    return Err(ggml_err(format!("cannot place tensor {} in the mapping", p.info.name)));
+                }
+            }
+            buf
+        } else {
+            let buf = Buffer::alloc_ctx_tensors(&ctx, ld.bufts[b])
+                .ok_or_else(|| ggml_err(format!("cannot allocate a {} buffer for the weights", ld.bufts[b].name())))?;
+            let mut scratch = Vec::new();
+            for &i in &members {
+                let p = &ld.pending[i];
+                match ld.model.mapped_data(&p.info) {
+                    Some(data) => rt::tensor_set_bytes(p.tensor.unwrap(), data),
+                    None => {
+                        scratch.resize(p.info.size as usize, 0u8);
+                        ld.model.read_tensor_data(&p.info, &mut scratch)?;
+                        rt::tensor_set_bytes(p.tensor.unwrap(), &scratch);
+                    }
+                }
+            }
+            buf
+        };
+        buffer.set_weights_usage();
+        placement.push((ld.bufts[b].name(), buffer.size()));
+        buffers.push(buffer);
+        contexts.push(ctx);
+    }
+    Ok((contexts, buffers, placement))
+}

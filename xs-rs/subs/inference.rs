@@ -1,0 +1,222 @@
+//! XS subs of Lugh::Inference. Option names, defaults and the many spellings
+//! of forward live in Lugh/Inference.pm; these subs take typed positional
+//! arguments (undef = not given).
+use crate::engine::generate::GenerateOptions;
+use crate::engine::inference::{FlashAttn, InferenceOptions, Output};
+use crate::engine::model::Model;
+use crate::engine::sampler::{Sampler, SamplerOptions};
+use crate::engine::session::{CacheHandle, PoolHandle, Session};
+use crate::engine::Error;
+use crate::glue::{call_callback, new_object, object_arc, Args, Perl, Ret, Sv, XsError};
+use crate::xs_subs;
+use std::sync::Arc;
+
+pub const CLASS: &str = "Lugh::Inference";
+pub const CACHE_CLASS: &str = "Lugh::KVCache";
+pub const POOL_CLASS: &str = "Lugh::MemoryPool";
+
+fn this(args: &Args) -> Result<Arc<Session>, Error> {
+    object_arc::<Session>(args.perl(), args.get(0), CLASS)
+}
+
+/// `f(sv)` for a defined argument, None for undef.
+fn optional<T>(perl: Perl, sv: Sv, f: impl FnOnce(Sv) -> Result<T, Error>) -> Result<Option<T>, Error> {
+    if perl.is_defined(sv) {
+        f(sv).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+fn count_arg(perl: Perl, sv: Sv, what: &str, min: i64) -> Result<usize, Error> {
+    let v = perl.int_arg(sv, what)?;
+    if v < min {
+        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
+    }
+    Ok(v as usize)
+}
+
+fn cache_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<CacheHandle>>, Error> {
+    optional(perl, sv, |sv| object_arc::<CacheHandle>(perl, sv, CACHE_CLASS))
+}
+
+fn pool_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<PoolHandle>>, Error> {
+    optional(perl, sv, |sv| object_arc::<PoolHandle>(perl, sv, POOL_CLASS))
+}
+
+/// The ten sampler arguments starting at `first`: greedy, temperature, top_k,
+/// top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty,
+/// penalty_last_n, seed.
+fn sampler_options(args: &Args, first: usize) -> Result<SamplerOptions, Error> {
+    let perl = args.perl();
+    let arg = |i: usize| args.get(first + i);
+    let number = |i: usize, what: &str| perl.number_arg(arg(i), what).map(|v| v as f32);
+    Ok(SamplerOptions {
+        greedy: perl.is_true(arg(0)),
+        temperature: number(1, "temperature")?,
+        top_k: count_arg(perl, arg(2), "top_k", 0)?,
+        top_p: number(3, "top_p")?,
+        min_p: number(4, "min_p")?,
+        repeat_penalty: number(5, "repeat_penalty")?,
+        presence_penalty: number(6, "presence_penalty")?,
+        frequency_penalty: number(7, "frequency_penalty")?,
+        penalty_last_n: count_arg(perl, arg(8), "penalty_last_n", 0)?,
+        seed: optional(perl, arg(9), |sv| count_arg(perl, sv, "seed", 0).map(|s| s as u64))?,
+    })
+}
+
+/// Logits for every position, as an array of arrays.
+fn nested_floats(perl: Perl, rows: &[Vec<f32>]) -> Sv {
+    let outer: Vec<Sv> = rows.iter().map(|r| perl.float_array_ref(r)).collect();
+    perl.array_ref(&outer)
+}
+
+xs_subs! { "Lugh::Inference";
+    fn _new(args) as "Lugh::Inference->new" {
+        args.expect(7, 7, c"class, model, backend, n_threads, n_ctx, flash_attn, n_batch");
+        let perl = args.perl();
+        let class = perl.string_arg(args.get(0), "class")?;
+        if !perl.is_defined(args.get(1)) {
+            return Err(Error::Argument("missing model => $model (a Lugh::Model)".into()).into());
+        }
+        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")?;
+        let flash_attn = optional(perl, args.get(5), |sv| match perl.int_arg(sv, "flash_attn")? {
+            -1 => Ok(FlashAttn::Auto),
+            0 => Ok(FlashAttn::Disabled),
+            1 => Ok(FlashAttn::Enabled),
+            other => Err(Error::Argument(format!("flash_attn must be 0, 1 or 'auto', got {other}"))),
+        })?;
+        let options = InferenceOptions {
+            backend: optional(perl, args.get(2), |sv| perl.string_arg(sv, "backend"))?,
+            n_threads: optional(perl, args.get(3), |sv| count_arg(perl, sv, "n_threads", 1))?,
+            n_ctx: optional(perl, args.get(4), |sv| count_arg(perl, sv, "n_ctx", 1))?,
+            flash_attn,
+            n_batch: optional(perl, args.get(6), |sv| count_arg(perl, sv, "n_batch", 1))?,
+        };
+        let session = Session::new(model, options)?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(session))))
+    }
+
+    fn _setting(args) {
+        args.expect(2, 2, c"self, name");
+        let s = this(args)?;
+        let perl = args.perl();
+        let e = &s.engine;
+        let name = perl.string_arg(args.get(1), "setting")?;
+        Ok(Ret::One(match name.as_str() {
+            "backend" => perl.str(e.backend_name()),
+            "n_threads" => perl.int(e.n_threads() as i64),
+            "n_ctx" => perl.int(e.n_ctx() as i64),
+            "n_batch" => perl.int(e.n_batch() as i64),
+            "flash_attn" => perl.int(e.flash_attn() as i64),
+            "n_vocab" => perl.int(e.n_vocab() as i64),
+            "n_layer" => perl.int(e.n_layer() as i64),
+            other => return Err(Error::Argument(format!("unknown setting '{other}'")).into()),
+        }))
+    }
+
+    fn model(args) {
+        args.expect(1, 1, c"self");
+        let s = this(args)?;
+        Ok(Ret::One(new_object(args.perl(), "Lugh::Model", s.engine.model().clone())))
+    }
+
+    fn _forward(args) as "Lugh::Inference->forward" {
+        args.expect(5, 5, c"self, tokens, cache, pool, all");
+        let s = this(args)?;
+        let perl = args.perl();
+        let tokens = perl.token_array_arg(args.get(1), "tokens", s.engine.n_vocab())?;
+        let cache = cache_arg(perl, args.get(2))?;
+        let pool = pool_arg(perl, args.get(3))?;
+        let output = if perl.is_true(args.get(4)) { Output::All } else { Output::Last };
+        let mut logits = s.forward(&tokens, cache.as_deref(), pool.as_deref(), output)?;
+        Ok(match output {
+            Output::Last => Ret::Floats(logits.pop().unwrap_or_default()),
+            Output::All => Ret::One(nested_floats(perl, &logits)),
+        })
+    }
+
+    fn _forward_batch(args) as "Lugh::Inference->forward_batch" {
+        args.expect(4, 4, c"self, sequences, caches, pool");
+        let s = this(args)?;
+        let perl = args.perl();
+        let n_vocab = s.engine.n_vocab();
+        let sequences = perl
+            .array_arg(args.get(1), "sequences")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, seq)| perl.token_array_arg(seq, &format!("sequence {i}"), n_vocab))
+            .collect::<Result<Vec<_>, _>>()?;
+        let caches = optional(perl, args.get(2), |sv| {
+            perl.array_arg(sv, "caches")?
+                .into_iter()
+                .map(|c| object_arc::<CacheHandle>(perl, c, CACHE_CLASS))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let pool = pool_arg(perl, args.get(3))?;
+        let logits = s.forward_batch(&sequences, caches.as_deref(), pool.as_deref())?;
+        Ok(Ret::One(nested_floats(perl, &logits)))
+    }
+
+    fn _sample(args) as "Lugh::Inference->sample" {
+        args.expect(13, 13, c"self, logits, history, greedy, temperature, top_k, top_p, min_p, repeat_penalty, \
+            presence_penalty, frequency_penalty, penalty_last_n, seed");
+        let s = this(args)?;
+        let perl = args.perl();
+        let logits = perl.float_array_arg(args.get(1), "logits")?;
+        let history = optional(perl, args.get(2), |sv| perl.token_array_arg(sv, "history", s.engine.n_vocab()))?;
+        let mut sampler = Sampler::new(sampler_options(args, 3)?)?;
+        let id = sampler.sample(&logits, history.as_deref().unwrap_or(&[]))?;
+        Ok(Ret::One(perl.int(id as i64)))
+    }
+
+    fn _generate(args) as "Lugh::Inference->generate" {
+        args.expect(16, 16, c"self, prompt, max_tokens, eos_token, stop, callback, greedy, temperature, top_k, \
+            top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, seed");
+        let s = this(args)?;
+        let perl = args.perl();
+        let n_vocab = s.engine.n_vocab();
+        let prompt = perl.token_array_arg(args.get(1), "prompt", n_vocab)?;
+        let eos_token = optional(perl, args.get(3), |sv| {
+            let id = perl.int_arg(sv, "eos_token")?;
+            if id < 0 || id as u64 >= n_vocab as u64 {
+                return Err(Error::Argument(format!("eos_token {id} is out of range [0, {n_vocab})")));
+            }
+            Ok(id as i32)
+        })?;
+        let stop = perl
+            .array_arg(args.get(4), "stop")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, sv)| perl.string_arg(sv, &format!("stop string {i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let callback = perl.code_arg(args.get(5), "callback")?;
+        let options = GenerateOptions {
+            max_tokens: count_arg(perl, args.get(2), "max_tokens", 0)?,
+            sampler: sampler_options(args, 6)?,
+            eos_token,
+            stop,
+        };
+        let on_token = |id: i32, count: usize| -> Result<bool, XsError> {
+            let Some(cb) = callback else { return Ok(false) };
+            match call_callback(perl, cb, &[perl.int(id as i64), perl.int(count as i64)]) {
+                Ok(ret) => Ok(perl.is_true(ret)),
+                Err(exception) => Err(XsError::Perl(exception)),
+            }
+        };
+        let ids = s.generate(&prompt, &options, on_token)?;
+        Ok(Ret::List(ids.iter().map(|&id| perl.int(id as i64)).collect()))
+    }
+
+    fn _create_kv_cache(args) as "Lugh::Inference->create_kv_cache" {
+        args.expect(1, 1, c"self");
+        let s = this(args)?;
+        Ok(Ret::One(new_object(args.perl(), CACHE_CLASS, Arc::new(s.new_cache()?))))
+    }
+
+    fn _create_memory_pool(args) as "Lugh::Inference->create_memory_pool" {
+        args.expect(1, 1, c"self");
+        let s = this(args)?;
+        Ok(Ret::One(new_object(args.perl(), POOL_CLASS, Arc::new(s.new_pool()?))))
+    }
+}
