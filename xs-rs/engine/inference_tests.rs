@@ -74,7 +74,7 @@ fn numbers_after(line: &str, key: &str) -> Vec<f64> {
         }
     }
     rest[..end]
-        .split(|c: char| c == ',' || c == '[' || c == ']')
+        .split([',', '[', ']'])
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse::<f64>().expect("a number"))
         .collect()
