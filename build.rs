@@ -109,9 +109,9 @@ fn build_ggml(g: &Path, out: &Path) {
                 // drops the tile-config stores in ggml's AMX kernels (they
                 // fault), and llama.cpp's reference outputs are those of the
                 // AVX-512 kernels. LUGH_CPU_AMX=1 keeps AMX.
-                "x86_64" if env::var("LUGH_CPU_PORTABLE").is_err() => {
+                "x86_64" if !env_flag("LUGH_CPU_PORTABLE") => {
                     b.flag("-march=native");
-                    if env::var("LUGH_CPU_AMX").is_err() {
+                    if !env_flag("LUGH_CPU_AMX") {
                         for f in ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"] {
                             b.flag(f);
                         }
@@ -183,6 +183,11 @@ fn build_ggml(g: &Path, out: &Path) {
     for lib in ["pthread", "m", "dl"] {
         println!("cargo:rustc-link-lib={lib}");
     }
+}
+
+/// Whether the environment variable is set to something other than "" or "0".
+fn env_flag(name: &str) -> bool {
+    env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The architecture-specific kernels of the CPU backend.
