@@ -257,25 +257,31 @@ impl Inference {
     ) -> Result<Vec<Vec<f32>>> {
         self.check_tokens(tokens, "the token list")?;
         self.check_cache(cache, tokens.len())?;
-        let mut guard;
-        let pool = match pool {
-            Some(p) => p,
-            None => {
-                guard = self.default_pool.lock().unwrap_or_else(|e| e.into_inner());
-                &mut *guard
+        self.with_pool(pool, |pool| {
+            let mut result = Vec::new();
+            for chunk in tokens.chunks(self.n_batch) {
+                let all = output == Output::All;
+                let logits = self.run_step(&mut [(&mut *cache, chunk)], all, pool)?;
+                if all {
+                    result.extend(logits);
+                } else {
+                    result = logits;
+                }
             }
-        };
-        let mut result = Vec::new();
-        for chunk in tokens.chunks(self.n_batch) {
-            let all = output == Output::All;
-            let logits = self.run_step(&mut [(&mut *cache, chunk)], all, pool)?;
-            if all {
-                result.extend(logits);
-            } else {
-                result = logits;
-            }
+            Ok(result)
+        })
+    }
+
+    /// Runs `body` with the caller's pool, or else the session's own.
+    fn with_pool<T>(
+        &self,
+        pool: Option<&mut ComputePool>,
+        body: impl FnOnce(&mut ComputePool) -> Result<T>,
+    ) -> Result<T> {
+        match pool {
+            Some(pool) => body(pool),
+            None => body(&mut self.default_pool.lock().unwrap_or_else(|e| e.into_inner())),
         }
-        Ok(result)
     }
 
     /// Evaluates several sequences together in one graph per step, each masked
@@ -301,39 +307,33 @@ impl Inference {
             self.check_tokens(seq, &format!("sequence {i}"))?;
             self.check_cache(cache, seq.len())?;
         }
-        let mut guard;
-        let pool = match pool {
-            Some(p) => p,
-            None => {
-                guard = self.default_pool.lock().unwrap_or_else(|e| e.into_inner());
-                &mut *guard
-            }
-        };
-        // Each step takes the next share of every unfinished sequence, so a
-        // step has at most about n_batch tokens.
-        let share = (self.n_batch / sequences.len()).max(1);
-        let mut done = vec![0usize; sequences.len()];
-        let mut result = vec![Vec::new(); sequences.len()];
-        loop {
-            let mut step: Vec<(usize, &mut KvCache, &[i32])> = Vec::new();
-            for (i, cache) in caches.iter_mut().enumerate() {
-                let rest = &sequences[i][done[i]..];
-                if !rest.is_empty() {
-                    step.push((i, cache, &rest[..rest.len().min(share)]));
+        self.with_pool(pool, |pool| {
+            // Each step takes the next share of every unfinished sequence, so a
+            // step has at most about n_batch tokens.
+            let share = (self.n_batch / sequences.len()).max(1);
+            let mut done = vec![0usize; sequences.len()];
+            let mut result = vec![Vec::new(); sequences.len()];
+            loop {
+                let mut step: Vec<(usize, &mut KvCache, &[i32])> = Vec::new();
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    let rest = &sequences[i][done[i]..];
+                    if !rest.is_empty() {
+                        step.push((i, cache, &rest[..rest.len().min(share)]));
+                    }
+                }
+                if step.is_empty() {
+                    break;
+                }
+                let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
+                let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
+                let logits = self.run_step(&mut segs, false, pool)?;
+                for ((i, n), l) in ids.into_iter().zip(logits) {
+                    done[i] += n;
+                    result[i] = l;
                 }
             }
-            if step.is_empty() {
-                break;
-            }
-            let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
-            let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
-            let logits = self.run_step(&mut segs, false, pool)?;
-            for ((i, n), l) in ids.into_iter().zip(logits) {
-                done[i] += n;
-                result[i] = l;
-            }
-        }
-        Ok(result)
+            Ok(result)
+        })
     }
 
     /// One graph evaluation over segments (cache, new tokens): builds the
