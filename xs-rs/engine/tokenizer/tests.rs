@@ -135,18 +135,21 @@ fn llama_cpp_test_vectors() {
     }
 }
 
+/// The vocabularies of the reference files: (name in the file names, model file).
+const REFERENCE_VOCABS: &[(&str, &str)] = &[
+    ("gpt-2", "ggml-vocab-gpt-2.gguf"),
+    ("llama-bpe", "ggml-vocab-llama-bpe.gguf"),
+    ("llama-spm", "ggml-vocab-llama-spm.gguf"),
+    ("phi-3", "ggml-vocab-phi-3.gguf"),
+    ("qwen2", "ggml-vocab-qwen2.gguf"),
+    ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
+    ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
+    ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
+];
+
 #[test]
 fn reference_token_files() {
-    for (name, file) in [
-        ("gpt-2", "ggml-vocab-gpt-2.gguf"),
-        ("llama-bpe", "ggml-vocab-llama-bpe.gguf"),
-        ("llama-spm", "ggml-vocab-llama-spm.gguf"),
-        ("phi-3", "ggml-vocab-phi-3.gguf"),
-        ("qwen2", "ggml-vocab-qwen2.gguf"),
-        ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
-        ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
-        ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
-    ] {
+    for &(name, file) in REFERENCE_VOCABS {
         let Some(vocab) = load(file) else { continue };
         let (ok, total) = check_reference(&vocab, name);
         eprintln!("tokens.{name}: {ok}/{total} identical");
@@ -204,16 +207,7 @@ fn hex_field(line: &str) -> Vec<u8> {
 /// sequences, whitespace, control characters, look-alikes, invalid UTF-8).
 #[test]
 fn golden_hard_cases() {
-    for (name, file) in [
-        ("gpt-2", "ggml-vocab-gpt-2.gguf"),
-        ("llama-bpe", "ggml-vocab-llama-bpe.gguf"),
-        ("llama-spm", "ggml-vocab-llama-spm.gguf"),
-        ("phi-3", "ggml-vocab-phi-3.gguf"),
-        ("qwen2", "ggml-vocab-qwen2.gguf"),
-        ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
-        ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
-        ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
-    ] {
+    for &(name, file) in REFERENCE_VOCABS {
         let Some(vocab) = load(file) else { continue };
         let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("t/data/tokenizer-golden/{name}.jsonl"));
         let content = std::fs::read_to_string(golden).unwrap();
