@@ -1,9 +1,12 @@
 //! The compute allocation kept between forward passes: ggml's graph
 //! allocator over one buffer, reserved for the worst case of a batch shape
 //! (the cache attended in full) so that later graphs of the same or smaller
-//! shape fit without a new buffer.
+//! shape fit without a new buffer. The last graph allocated there is kept:
+//! a step of the same shape over the same caches (token generation, mostly)
+//! reuses it, as llama.cpp reuses its graphs, instead of building anew.
 use super::ggml_ops::GraphCtx;
 use super::ggml_runtime::{BufferType, Gallocr};
+use super::graph::ForwardGraph;
 use super::{Error, Result};
 
 /// The batch shape a pool has reserved for.
@@ -32,15 +35,30 @@ pub struct ComputePool {
     reserved: Option<BatchShape>,
     n_allocations: usize,
     buffer_size: usize,
+    last_graph: Option<(GraphKey, ForwardGraph)>,
 }
+
+/// What decides a graph's shape: per segment its cache, new tokens, cells
+/// attended and whether every token gets logits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphKey(pub Vec<(u64, usize, usize, bool)>);
 
 impl ComputePool {
     pub(crate) fn new(buft: BufferType, backend_name: String) -> ComputePool {
-        ComputePool { galloc: None, buft, backend_name, reserved: None, n_allocations: 0, buffer_size: 0 }
+        ComputePool {
+            galloc: None,
+            buft,
+            backend_name,
+            reserved: None,
+            n_allocations: 0,
+            buffer_size: 0,
+            last_graph: None,
+        }
     }
 
     /// Frees the allocation; the next forward makes a new one.
     pub fn reset(&mut self) {
+        self.last_graph = None;
         self.galloc = None;
         self.reserved = None;
         self.buffer_size = 0;
@@ -68,6 +86,8 @@ impl ComputePool {
 
     /// Reserves room for `worst` (a graph of `shape` over the whole cache).
     pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape) -> Result<()> {
+        // the buffer may move: the kept graph's placement would be stale
+        self.last_graph = None;
         let galloc = self.allocator()?;
         if !galloc.reserve(worst) {
             return Err(Error::Ggml("cannot reserve the compute buffer (out of memory?)".into()));
@@ -86,13 +106,22 @@ impl ComputePool {
         Ok(())
     }
 
-    /// Gives every tensor of `graph` its place in the compute buffer.
-    pub(crate) fn allocate(&mut self, graph: &GraphCtx) -> Result<()> {
+    /// The kept graph, if it was built for `key` (its tensors still have
+    /// their places: nothing else was allocated since).
+    pub(crate) fn reusable(&self, key: &GraphKey) -> Option<&ForwardGraph> {
+        self.last_graph.as_ref().filter(|(k, _)| k == key).map(|(_, g)| g)
+    }
+
+    /// Gives every tensor of `graph` its place in the compute buffer and
+    /// keeps the graph for reuse under `key`.
+    pub(crate) fn allocate(&mut self, key: GraphKey, graph: ForwardGraph) -> Result<()> {
+        self.last_graph = None;
         let galloc = self.allocator()?;
-        if !galloc.alloc_graph(graph) {
+        if !galloc.alloc_graph(&graph.g) {
             return Err(Error::Ggml("cannot allocate the compute graph (out of memory?)".into()));
         }
         self.note_size();
+        self.last_graph = Some((key, graph));
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! the device, the backend); the mutable state of a conversation lives in a
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use super::arch::{self, ArchSpec, HParams};
-use super::compute::BatchShape;
+use super::compute::{BatchShape, GraphKey};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, Device};
 use super::graph::{causal_mask, mask_bytes, Blueprint, ForwardGraph, Segment};
@@ -137,7 +137,7 @@ impl Inference {
             FlashAttn::Auto => flash_attn_supported(device, &hp),
         };
 
-        let backend = device
+        let mut backend = device
             .init_backend()
             .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
         backend.set_n_threads(n_threads);
@@ -346,6 +346,7 @@ impl Inference {
         all: bool,
         pool: &mut ComputePool,
     ) -> Result<Vec<Vec<f32>>> {
+        let t0 = std::time::Instant::now();
         let bp = Blueprint { spec: self.spec, hp: &self.hp, weights: &self.weights, flash_attn: self.flash_attn };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
@@ -353,22 +354,29 @@ impl Inference {
             n_segments: segs.len(),
             kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
         };
-        let segments: Vec<Segment> =
-            segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
-        if pool.needs_reserve(&shape) {
-            let worst = bp.build(&segments, true)?;
-            pool.reserve(&worst.g, shape)?;
+        let key = GraphKey(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)).collect());
+        if pool.reusable(&key).is_none() {
+            let segments: Vec<Segment> =
+                segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
+            if pool.needs_reserve(&shape) {
+                let worst = bp.build(&segments, true)?;
+                pool.reserve(&worst.g, shape)?;
+            }
+            let graph = bp.build(&segments, false)?;
+            pool.allocate(key.clone(), graph)?;
         }
-        let graph = bp.build(&segments, false)?;
-        pool.allocate(&graph.g)?;
-        self.set_inputs(&graph, segs);
+        let graph = pool.reusable(&key).expect("the graph was just allocated for this key");
+        let t1 = std::time::Instant::now();
+        self.set_inputs(graph, segs);
+        let t2 = std::time::Instant::now();
         {
-            let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+            let mut backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
             backend.set_n_threads(self.n_threads);
             if !backend.compute(&graph.g) {
                 return Err(Error::Ggml("the backend failed to compute the graph".into()));
             }
         }
+        let t3 = std::time::Instant::now();
         for (cache, tokens) in segs.iter_mut() {
             cache.advance(tokens.len());
         }
@@ -378,6 +386,16 @@ impl Inference {
             let mut row = vec![0f32; n_vocab];
             rt::tensor_get_f32(graph.logits, r * n_vocab, &mut row);
             out.push(row);
+        }
+        if std::env::var_os("LUGH_TIME").is_some() {
+            eprintln!(
+                "T nodes {} prep {} inputs {} compute {} out {}",
+                graph.g.n_nodes(),
+                (t1 - t0).as_micros(),
+                (t2 - t1).as_micros(),
+                (t3 - t2).as_micros(),
+                t3.elapsed().as_micros()
+            );
         }
         Ok(out)
     }

@@ -6,6 +6,11 @@
 use super::ggml_ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16};
 use super::ggml_runtime::{Buffer, BufferType};
 use super::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Source of cache ids: a graph kept for reuse names the caches it was built
+/// over by id, which (unlike an address) is never given to another cache.
+static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What must match between a cache and the session that uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +33,7 @@ pub struct CacheLayout {
 pub const KV_PAD: usize = 256;
 
 pub struct KvCache {
+    id: u64,
     layout: CacheLayout,
     n_ctx: usize,
     n_cached: usize,
@@ -58,9 +64,21 @@ impl KvCache {
         // Never-written cells must hold finite values: masked positions are
         // multiplied by zero in the kernels and NaN * 0 is NaN.
         buffer.clear();
-        Ok(KvCache { layout, n_ctx, n_cached: 0, k, v, buffer, _ctx: ctx })
+        Ok(KvCache {
+            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
+            layout,
+            n_ctx,
+            n_cached: 0,
+            k,
+            v,
+            buffer,
+            _ctx: ctx,
+        })
     }
 
+    pub fn id(&self) -> u64 {
+        self.id
+    }
     pub fn layout(&self) -> &CacheLayout {
         &self.layout
     }
