@@ -14,6 +14,19 @@ type ggml_backend_dev_get_extra_bufts_t =
     unsafe extern "C" fn(dev: ggml_backend_dev_t) -> *mut ggml_backend_buffer_type_t;
 type ggml_backend_set_n_threads_t = unsafe extern "C" fn(backend: ggml_backend_t, n_threads: c_int);
 
+type ggml_threadpool_t = *mut c_void;
+
+/// ggml.h's struct ggml_threadpool_params (GGML_MAX_N_THREADS is 512).
+#[repr(C)]
+struct ggml_threadpool_params {
+    cpumask: [bool; 512],
+    n_threads: c_int,
+    prio: c_int,
+    poll: u32,
+    strict_cpu: bool,
+    paused: bool,
+}
+
 const GGML_BACKEND_BUFFER_USAGE_WEIGHTS: c_int = 1;
 const GGML_STATUS_SUCCESS: c_int = 0;
 
@@ -39,6 +52,12 @@ extern "C" {
     fn ggml_backend_tensor_get(t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize);
     fn ggml_backend_graph_compute(backend: ggml_backend_t, graph: *mut ggml_cgraph) -> c_int;
     fn ggml_backend_get_default_buffer_type(backend: ggml_backend_t) -> ggml_backend_buffer_type_t;
+
+    fn ggml_threadpool_params_default(n_threads: c_int) -> ggml_threadpool_params;
+    fn ggml_threadpool_new(params: *mut ggml_threadpool_params) -> ggml_threadpool_t;
+    fn ggml_threadpool_free(threadpool: ggml_threadpool_t);
+    fn ggml_backend_is_cpu(backend: ggml_backend_t) -> bool;
+    fn ggml_backend_cpu_set_threadpool(backend: ggml_backend_t, threadpool: ggml_threadpool_t);
 
     fn ggml_gallocr_new(buft: ggml_backend_buffer_type_t) -> ggml_gallocr_t;
     fn ggml_gallocr_free(galloc: ggml_gallocr_t);
@@ -147,7 +166,7 @@ impl Device {
             let f = ggml_backend_reg_get_proc_address(reg, name.as_ptr());
             (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
         };
-        Some(Backend { ptr, set_threads })
+        Some(Backend { ptr, set_threads, threadpool: None })
     }
 }
 
@@ -155,6 +174,44 @@ impl Device {
 pub struct Backend {
     ptr: ggml_backend_t,
     set_threads: Option<ggml_backend_set_n_threads_t>,
+    // Dropped after the backend that uses it (Drop frees ptr first).
+    threadpool: Option<Threadpool>,
+}
+
+/// A CPU backend's worker threads, kept between graphs (without one, ggml
+/// starts and joins its threads for every graph). The workers poll for new
+/// work a little before sleeping, as llama.cpp's default threadpool does.
+struct Threadpool {
+    ptr: ggml_threadpool_t,
+    n_threads: usize,
+    // The workers exist only in the process that started them: after a
+    // fork the child needs its own pool.
+    pid: u32,
+}
+
+impl Threadpool {
+    fn new(n_threads: usize) -> Option<Threadpool> {
+        // SAFETY: the params are initialised by ggml itself; null on failure.
+        let ptr = unsafe {
+            let mut params = ggml_threadpool_params_default(n_threads as c_int);
+            ggml_threadpool_new(&mut params)
+        };
+        (!ptr.is_null()).then(|| Threadpool { ptr, n_threads, pid: std::process::id() })
+    }
+
+    fn serves(&self, n_threads: usize) -> bool {
+        self.n_threads == n_threads && self.pid == std::process::id()
+    }
+}
+
+impl Drop for Threadpool {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // SAFETY: freed once, by the process whose threads it joins; a
+            // forked child leaves its copy alone (the threads are not there).
+            unsafe { ggml_threadpool_free(self.ptr) }
+        }
+    }
 }
 
 // SAFETY: a backend is used by one thread at a time (the owner keeps it behind a Mutex).
@@ -167,7 +224,18 @@ impl Backend {
         unsafe { sys::c_str(sys::ggml_backend_name(self.ptr)) }
     }
 
-    pub fn set_n_threads(&self, n: usize) {
+    /// Sets the threads the next graphs run on; on the CPU it also (re)starts
+    /// the kept worker threads when their number or the process changed.
+    pub fn set_n_threads(&mut self, n: usize) {
+        // SAFETY: the backend is live.
+        if unsafe { ggml_backend_is_cpu(self.ptr) } && !self.threadpool.as_ref().is_some_and(|tp| tp.serves(n)) {
+            let threadpool = Threadpool::new(n);
+            let tp_ptr = threadpool.as_ref().map_or(std::ptr::null_mut(), |tp| tp.ptr);
+            // SAFETY: the backend is live; the pool outlives its use (it is
+            // replaced only here, after the backend was pointed at the new one).
+            unsafe { ggml_backend_cpu_set_threadpool(self.ptr, tp_ptr) };
+            self.threadpool = threadpool;
+        }
         if let Some(f) = self.set_threads {
             // SAFETY: f is the backend's own setter, the backend is live.
             unsafe { f(self.ptr, n as c_int) }
