@@ -188,28 +188,32 @@ fn parity_gemma3_fa_off() {
     parity(MODELS[2], false);
 }
 
-/// Whether the model's layer matmuls run different kernels for one row and
-/// for several (llamafile's tinyBLAS for Q4_0/Q5_0/Q8_0, the repacked GEMM
-/// for K-quants): llama.cpp itself then gives a prompt and the same tokens
-/// fed one by one logits that differ in the last bits, and 24-30 layers
-/// grow that to tenths (as its flash-attention on/off runs differ). For such
-/// models the exact comparison is the argmax at every position, with a loose
-/// bound that still catches a wrong mask or cache; Q4_1 layers (SmolLM2) use
-/// one kernel for both and must agree within 0.02.
-fn batch_dependent_kernels(model: &Model) -> bool {
+/// Whether ggml runs different kernels for one row than for several in the
+/// model's layers: llamafile's tinyBLAS (Q4_0/Q5_0/Q8_0, and the f16 K·Q and
+/// V·KQ products when flash attention is off) and the repacked GEMM for
+/// K-quants take over from the vec_dot kernels at two or more rows. The sums
+/// then differ in their last bits, and 24-30 layers of re-quantized
+/// activations grow that to tenths. llama.cpp drifts exactly as much
+/// (bench/llama-consistency prints both: 0.79 for SmolLM2 with flash
+/// attention off, 0.51 for Qwen2.5, 0.96/1.20 for Gemma-3, the same to five
+/// decimals). For such models the exact comparison is the argmax at every
+/// position, with a loose bound that still catches a wrong mask or cache;
+/// SmolLM2 (Q4_1 layers) with flash attention on uses one kernel for both
+/// and must agree within 0.02.
+fn batch_dependent_kernels(model: &Model, flash_attn: bool) -> bool {
     const ONE_KERNEL: &[u32] = &[0, 1, 3]; // F32, F16, Q4_1
-    model.gguf.tensors.iter().any(|t| t.name.starts_with("blk.") && !ONE_KERNEL.contains(&t.ggml_type))
+    !flash_attn || model.gguf.tensors.iter().any(|t| t.name.starts_with("blk.") && !ONE_KERNEL.contains(&t.ggml_type))
 }
 
 /// Checks two logit vectors of the same position: within 0.02, or for
-/// batch-dependent kernels within 1.0 with the argmax flipping only between
+/// batch-dependent kernels within 1.5 with the argmax flipping only between
 /// near-tied tokens.
 fn check_same(name: &str, what: &str, strict: bool, a: &[f32], b: &[f32]) -> f32 {
     let d = max_diff(a, b);
     if strict {
         assert!(d <= 0.02, "{name}: {what}: max diff {d}");
     } else {
-        assert!(d <= 1.0, "{name}: {what}: max diff {d}");
+        assert!(d <= 1.5, "{name}: {what}: max diff {d}");
         // the argmax may flip only between near-tied tokens
         let (ia, ib) = (argmax(a) as usize, argmax(b) as usize);
         assert!(a[ia] - a[ib] <= 2.0 * d, "{name}: {what}: argmax {ia} vs {ib} is not a near-tie (max diff {d})");
@@ -244,19 +248,23 @@ const SENTENCE: &[i32] = &[504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 1
 fn cache_token_by_token_equals_full_forward() {
     for name in MODELS {
         let Some(model) = open(name) else { continue };
-        let inf = session(&model, true, 256);
-        let toks = natural_sequences(name, 1).remove(0);
-        let mut full_cache = inf.new_cache().unwrap();
-        let full = inf.forward(&mut full_cache, &toks, Output::All, None).unwrap();
-        let strict = !batch_dependent_kernels(&model);
-        let mut cache = inf.new_cache().unwrap();
-        let mut worst = 0f32;
-        for (i, &t) in toks.iter().enumerate() {
-            let l = inf.forward(&mut cache, &[t], Output::Last, None).unwrap().remove(0);
-            worst = worst.max(check_same(name, &format!("position {i}"), strict, &l, &full[i]));
+        for flash in [true, false] {
+            let inf = session(&model, flash, 256);
+            let toks = natural_sequences(name, 1).remove(0);
+            let mut full_cache = inf.new_cache().unwrap();
+            let full = inf.forward(&mut full_cache, &toks, Output::All, None).unwrap();
+            let strict = !batch_dependent_kernels(&model, flash);
+            let mut cache = inf.new_cache().unwrap();
+            let mut worst = 0f32;
+            for (i, &t) in toks.iter().enumerate() {
+                let l = inf.forward(&mut cache, &[t], Output::Last, None).unwrap().remove(0);
+                worst = worst.max(check_same(name, &format!("position {i}"), strict, &l, &full[i]));
+            }
+            eprintln!(
+                "{name} flash {flash}: cache token by token vs full forward: max diff {worst:.5} (strict {strict})"
+            );
+            assert_eq!(cache.n_cached(), toks.len());
         }
-        eprintln!("{name}: cache token by token vs full forward: max diff {worst:.5} (strict {strict})");
-        assert_eq!(cache.n_cached(), toks.len());
     }
 }
 
@@ -270,7 +278,7 @@ fn batch_equals_separate_forwards() {
             let seqs = natural_sequences(name, 3);
             let mut caches: Vec<KvCache> = seqs.iter().map(|_| inf.new_cache().unwrap()).collect();
             let batched = inf.forward_batch(&mut caches, &seqs, None).unwrap();
-            let strict = !batch_dependent_kernels(&model);
+            let strict = !batch_dependent_kernels(&model, flash);
             let mut worst = 0f32;
             for (i, (s, b)) in seqs.iter().zip(&batched).enumerate() {
                 let mut c = inf.new_cache().unwrap();
