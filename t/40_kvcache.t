@@ -85,6 +85,18 @@ subtest 'caches belong to their session and keep it alive' => sub {
     pass('freed in that order without a crash');
 };
 
+{
+    # In void context forward only fills the cache (no list of logits is
+    # built); the next call in list context continues from there.
+    my $c = $inference->create_kv_cache;
+    $inference->forward(cache => $c, tokens => [ 504, 3575, 282 ]);
+    is($c->n_cached, 3, 'forward in void context fills the cache');
+    my @next = $inference->forward(cache => $c, tokens => [ 4649 ]);
+    is(scalar @next, $inference->n_vocab, 'then a list of n_vocab logits');
+    my @whole = $inference->forward([ 504, 3575, 282, 4649 ]);
+    cmp_ok(max_abs_diff(\@next, \@whole), '<=', 0.02, 'the same logits as the whole sequence');
+}
+
 eval { Lugh::KVCache->new(n_ctx => 10) };
 like($@, qr/create_kv_cache/, 'Lugh::KVCache->new points to create_kv_cache');
 

@@ -283,6 +283,11 @@ L<Lugh::MemoryPool>). With C<sequences> (and optionally C<caches>) it is
 L</forward_batch>. Valid keys: C<tokens>, C<cache>, C<pool>, C<sequences>,
 C<caches>.
 
+Called in void context, C<forward> computes and fills the cache but builds no
+list of logits (for a 262,144-token vocabulary that list costs milliseconds):
+
+    $inference->forward(tokens => \@prompt, cache => $cache);    # prefill only
+
 =head2 forward_all
 
     my $rows = $inference->forward_all(\@tokens);

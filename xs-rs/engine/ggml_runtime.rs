@@ -356,11 +356,19 @@ pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
 }
 
 /// Reads `out.len()` floats from an allocated f32 tensor starting at element `offset`.
-pub fn tensor_get_f32(t: Tensor, offset: usize, out: &mut [f32]) {
-    let bytes = std::mem::size_of_val(out);
+/// `n` f32 values of `t` from element `offset` on, into a new vector (not
+/// zeroed first: a row of logits is a vocabulary long, read once per token).
+pub fn tensor_get_f32(t: Tensor, offset: usize, n: usize) -> Vec<f32> {
+    let bytes = n * std::mem::size_of::<f32>();
     assert!(offset * 4 + bytes <= t.nbytes(), "tensor_get_f32: out of range");
-    // SAFETY: the range lies inside the allocated tensor.
-    unsafe { ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, offset * 4, bytes) }
+    let mut out = Vec::with_capacity(n);
+    // SAFETY: the range lies inside the allocated tensor and the vector has
+    // room for n values, all of which ggml writes before set_len.
+    unsafe {
+        ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, offset * 4, bytes);
+        out.set_len(n);
+    }
+    out
 }
 
 /// ggml's graph allocator: one compute buffer, grown when a graph needs more.

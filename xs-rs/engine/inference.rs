@@ -346,7 +346,6 @@ impl Inference {
         all: bool,
         pool: &mut ComputePool,
     ) -> Result<Vec<Vec<f32>>> {
-        let t0 = std::time::Instant::now();
         let bp = Blueprint { spec: self.spec, hp: &self.hp, weights: &self.weights, flash_attn: self.flash_attn };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
@@ -366,9 +365,7 @@ impl Inference {
             pool.allocate(key.clone(), graph)?;
         }
         let graph = pool.reusable(&key).expect("the graph was just allocated for this key");
-        let t1 = std::time::Instant::now();
         self.set_inputs(graph, segs);
-        let t2 = std::time::Instant::now();
         {
             let mut backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
             backend.set_n_threads(self.n_threads);
@@ -376,28 +373,11 @@ impl Inference {
                 return Err(Error::Ggml("the backend failed to compute the graph".into()));
             }
         }
-        let t3 = std::time::Instant::now();
         for (cache, tokens) in segs.iter_mut() {
             cache.advance(tokens.len());
         }
         let n_vocab = self.hp.n_vocab;
-        let mut out = Vec::with_capacity(graph.n_outputs);
-        for r in 0..graph.n_outputs {
-            let mut row = vec![0f32; n_vocab];
-            rt::tensor_get_f32(graph.logits, r * n_vocab, &mut row);
-            out.push(row);
-        }
-        if std::env::var_os("LUGH_TIME").is_some() {
-            eprintln!(
-                "T nodes {} prep {} inputs {} compute {} out {}",
-                graph.g.n_nodes(),
-                (t1 - t0).as_micros(),
-                (t2 - t1).as_micros(),
-                (t3 - t2).as_micros(),
-                t3.elapsed().as_micros()
-            );
-        }
-        Ok(out)
+        Ok((0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect())
     }
 
     fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])]) {

@@ -197,9 +197,16 @@ impl Penalties {
     }
 }
 
+impl Penalties {
+    /// Whether applying them changes no logit.
+    pub fn is_neutral(&self) -> bool {
+        self.counts.is_empty() || (self.repeat == 1.0 && self.presence == 0.0 && self.frequency == 0.0)
+    }
+}
+
 impl Step for Penalties {
     fn apply(&mut self, cands: &mut Candidates) {
-        if self.counts.is_empty() || (self.repeat == 1.0 && self.presence == 0.0 && self.frequency == 0.0) {
+        if self.is_neutral() {
             return;
         }
         for (id, logit) in cands.ids.iter().zip(cands.logits.iter_mut()) {
@@ -383,15 +390,17 @@ impl Sampler {
             return Err(Error::Argument(format!("logit {i} is not a number (NaN)")));
         }
         let o = &self.options;
-        let mut cands = Candidates::from_logits(logits);
-        let mut chain: Vec<Box<dyn Step>> = vec![Box::new(Penalties::new(
-            o.repeat_penalty,
-            o.presence_penalty,
-            o.frequency_penalty,
-            history,
-            o.penalty_last_n,
-        ))];
+        let penalties =
+            Penalties::new(o.repeat_penalty, o.presence_penalty, o.frequency_penalty, history, o.penalty_last_n);
         let greedy = o.greedy || o.temperature <= 0.0;
+        if greedy && penalties.is_neutral() {
+            // the chain would change nothing: the first largest logit, without
+            // copying a whole vocabulary of candidates per token
+            let best = logits.iter().enumerate().fold(0, |best, (i, &l)| if l > logits[best] { i } else { best });
+            return Ok(best as i32);
+        }
+        let mut cands = Candidates::from_logits(logits);
+        let mut chain: Vec<Box<dyn Step>> = vec![Box::new(penalties)];
         if !greedy {
             chain.push(Box::new(TopK(o.top_k)));
             chain.push(Box::new(TopP(o.top_p)));

@@ -77,6 +77,10 @@ void lugh_xs_return_floats(void *my_perl_v, I32 ax, const float *values, size_t 
     LUGH_CTX;
     SV **sp = PL_stack_base + ax - 1;
     size_t i;
+    if (GIMME_V == G_VOID) { /* forward() called to fill a cache: no list of logits to build and free */
+        PL_stack_sp = PL_stack_base + ax - 1;
+        return;
+    }
     EXTEND(sp, (SSize_t)n);
     for (i = 0; i < n; i++) PL_stack_base[ax + i] = sv_2mortal(newSVnv((NV)values[i]));
     PL_stack_sp = PL_stack_base + ax + n - 1;
