@@ -2,9 +2,8 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use List::Util qw(max);
 use LughTest qw(model_path reference_dir);
-use LughTestInference qw(reference_cases);
+use LughTestInference qw(reference_cases check_reference_case);
 use Lugh;
 
 # Every case of ../shared/reference/llamacpp-b11434/logits.MODEL.fa-on|off.jsonl,
@@ -37,20 +36,8 @@ for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)
                 if $name =~ /^gemma3/ && $fa eq 'on';
             for my $case (@cases) {
                 (my $short = substr($case->{prompt}, 0, 24)) =~ s/\n/\\n/g;
-                my $label = "$name fa-$fa '$short'";
-                my @tokens = @{ $case->{tokens} };
-                if ($tokenizer) {
-                    is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
-                }
-                my @logits = $inference->forward(\@tokens);
-                my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
+                my $diff = check_reference_case($inference, $tokenizer, $case, "$name fa-$fa '$short'", $tolerance, 32);
                 $worst = $diff if $diff > $worst;
-                cmp_ok($diff, '<=', $tolerance, "$label: top-20 logits within $tolerance (max diff "
-                    . sprintf('%.4f', $diff) . ')');
-                my @expected = @{ $case->{greedy} };
-                pop @expected if @expected < 32;    # ended by an end-of-generation token, which generate drops
-                my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => 32);
-                is_deeply(\@greedy, \@expected, "$label: 32-token greedy continuation identical");
                 $checked++;
             }
             diag(sprintf "%s fa-%s: %d cases, worst top-20 logit difference %.4f", $name, $fa, scalar @cases, $worst);

@@ -9,7 +9,7 @@ use Exporter 'import';
 use List::Util qw(max);
 use LughTest qw(require_model reference_dir read_jsonl);
 
-our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases);
+our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases check_reference_case);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -45,6 +45,28 @@ sub reference_cases {
     my $dir = reference_dir() // return ();
     my $file = "$dir/logits.$model.fa-$fa.jsonl";
     return -f $file ? @{ read_jsonl($file) } : ();
+}
+
+# Tests one case of llama.cpp's ref-json output (prompt, tokens, top, greedy
+# made with -n $n_greedy) against a session: the tokenizer's ids (when a
+# tokenizer is given), each top-20 logit within $tolerance, the greedy
+# continuation identical. Returns the largest logit difference.
+sub check_reference_case {
+    my ($inference, $tokenizer, $case, $label, $tolerance, $n_greedy) = @_;
+    require Test::More;
+    my @tokens = @{ $case->{tokens} };
+    if ($tokenizer) {
+        Test::More::is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
+    }
+    my @logits = $inference->forward(\@tokens);
+    my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
+    Test::More::cmp_ok($diff, '<=', $tolerance,
+        "$label: top-20 logits within $tolerance (max diff " . sprintf('%.4f', $diff) . ')');
+    my @expected = @{ $case->{greedy} };
+    pop @expected if @expected < $n_greedy;    # ended by an end-of-generation token, which generate drops
+    my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => $n_greedy);
+    Test::More::is_deeply(\@greedy, \@expected, "$label: $n_greedy-token greedy continuation identical");
+    return $diff;
 }
 
 1;
