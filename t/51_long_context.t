@@ -2,8 +2,8 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTest qw(model_path read_jsonl);
-use LughTestInference qw(check_reference_case);
+use LughTest qw(read_jsonl);
+use LughTestInference qw(check_reference_case for_each_test_model);
 use Lugh;
 
 # Prompts longer than Gemma-3's 512-token sliding window (about 810 tokens):
@@ -14,22 +14,18 @@ use Lugh;
 
 my $dir = 't/data/long-context';
 my $tolerance = 0.05;
-for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)) {
-    my $path = model_path($name);
-    SKIP: {
-        skip "test model '$name' not found (run: perl t/fetch-models)", 1 unless $path;
-        my $model = Lugh::Model->new(model => $path);
-        my $tokenizer = Lugh::Tokenizer->new(model => $model);
-        for my $fa (qw(on off)) {
-            my ($case) = @{ read_jsonl("$dir/logits.$name.fa-$fa.jsonl") };
-            my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
-                flash_attn => $fa eq 'on' ? 1 : 0);
-            my $n_tokens = @{ $case->{tokens} };
-            cmp_ok($n_tokens, '>', 512, "$name fa-$fa: the prompt ($n_tokens tokens) is longer than the window");
-            my $diff = check_reference_case($inference, $tokenizer, $case, "$name fa-$fa long prompt", $tolerance, 16);
-            diag(sprintf "%s fa-%s: %d-token prompt, top-20 logit difference %.5f", $name, $fa, $n_tokens, $diff);
-        }
+for_each_test_model(sub {
+    my ($name, $model) = @_;
+    my $tokenizer = Lugh::Tokenizer->new(model => $model);
+    for my $fa (qw(on off)) {
+        my ($case) = @{ read_jsonl("$dir/logits.$name.fa-$fa.jsonl") };
+        my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
+            flash_attn => $fa eq 'on' ? 1 : 0);
+        my $n_tokens = @{ $case->{tokens} };
+        cmp_ok($n_tokens, '>', 512, "$name fa-$fa: the prompt ($n_tokens tokens) is longer than the window");
+        my $diff = check_reference_case($inference, $tokenizer, $case, "$name fa-$fa long prompt", $tolerance, 16);
+        diag(sprintf "%s fa-%s: %d-token prompt, top-20 logit difference %.5f", $name, $fa, $n_tokens, $diff);
     }
-}
+});
 
 done_testing;

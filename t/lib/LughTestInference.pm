@@ -7,9 +7,10 @@ use strict;
 use warnings;
 use Exporter 'import';
 use List::Util qw(max);
-use LughTest qw(require_model reference_dir read_jsonl);
+use LughTest qw(require_model reference_dir read_jsonl model_path);
 
-our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases check_reference_case);
+our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases check_reference_case
+    for_each_test_model);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -45,6 +46,21 @@ sub reference_cases {
     my $dir = reference_dir() // return ();
     my $file = "$dir/logits.$model.fa-$fa.jsonl";
     return -f $file ? @{ read_jsonl($file) } : ();
+}
+
+# Runs $body->($name, $model) for each of the three test models, or skips
+# (one test) a model whose file is absent.
+sub for_each_test_model {
+    my ($body) = @_;
+    require Test::More;
+    for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)) {
+        my $path = model_path($name);
+        SKIP: {
+            Test::More::skip("test model '$name' not found (run: perl t/fetch-models)", 1) unless $path;
+            require Lugh;
+            $body->($name, Lugh::Model->new(model => $path));
+        }
+    }
 }
 
 # Tests one case of llama.cpp's ref-json output (prompt, tokens, top, greedy
