@@ -60,32 +60,24 @@ pub struct ArchSpec {
     pub swa_rope_base: f32,
 }
 
+/// LLaMA and the base the other rows change.
+const LLAMA: ArchSpec = ArchSpec {
+    name: "llama",
+    rope: Rope::Norm,
+    qkv_bias: true,
+    qk_norm: false,
+    post_norms: false,
+    act: Activation::SwiGlu,
+    embed_scale_sqrt: false,
+    scale_q: false,
+    swa_pattern: None,
+    swa_rope_base: 10000.0,
+};
+
 /// The table of supported architectures.
 pub const ARCHITECTURES: &[ArchSpec] = &[
-    ArchSpec {
-        name: "llama",
-        rope: Rope::Norm,
-        qkv_bias: true,
-        qk_norm: false,
-        post_norms: false,
-        act: Activation::SwiGlu,
-        embed_scale_sqrt: false,
-        scale_q: false,
-        swa_pattern: None,
-        swa_rope_base: 10000.0,
-    },
-    ArchSpec {
-        name: "qwen2",
-        rope: Rope::Neox,
-        qkv_bias: true,
-        qk_norm: false,
-        post_norms: false,
-        act: Activation::SwiGlu,
-        embed_scale_sqrt: false,
-        scale_q: false,
-        swa_pattern: None,
-        swa_rope_base: 10000.0,
-    },
+    LLAMA,
+    ArchSpec { name: "qwen2", rope: Rope::Neox, ..LLAMA },
     ArchSpec {
         name: "gemma3",
         rope: Rope::Neox,
@@ -96,7 +88,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         embed_scale_sqrt: true,
         scale_q: true,
         swa_pattern: Some(6),
-        swa_rope_base: 10000.0,
+        ..LLAMA
     },
 ];
 

@@ -90,12 +90,16 @@ impl StopMatcher {
         StopMatcher { stops, text: Vec::new(), longest }
     }
 
-    /// Adds a piece; true when a stop string now appears.
+    /// Adds a piece; true when a stop string now appears. Only the text a
+    /// stop string could still end in is kept (its last longest - 1 bytes).
     fn push(&mut self, piece: &[u8]) -> bool {
-        let start = self.text.len().saturating_sub(self.longest.saturating_sub(1));
         self.text.extend_from_slice(piece);
-        let window = &self.text[start..];
-        self.stops.iter().any(|s| window.windows(s.len()).any(|w| w == s.as_slice()))
+        let found = self.stops.iter().any(|s| self.text.windows(s.len()).any(|w| w == s.as_slice()));
+        let keep = self.longest.saturating_sub(1);
+        if self.text.len() > keep {
+            self.text.drain(..self.text.len() - keep);
+        }
+        found
     }
 }
 
