@@ -19,6 +19,18 @@ sub _croak {
     die defined $file ? "$message at $file line $line.\n" : "$message\n";
 }
 
+# name => value pairs checked against a defaults hash; returns the merged
+# list. $method names the public method in the croak.
+sub _options {
+    my ($method, $defaults, @args) = @_;
+    _croak("$method: options must be name => value pairs") if @args % 2;
+    my %args = @args;
+    if (my @unknown = grep { !exists $defaults->{$_} } sort keys %args) {
+        _croak("$method: unknown option '$unknown[0]' (valid options: " . join(', ', sort keys %$defaults) . ')');
+    }
+    return (%$defaults, %args);
+}
+
 require Lugh::Model;
 require Lugh::Tokenizer;
 require Lugh::Inference;

@@ -45,7 +45,7 @@ my %FORWARD = (
 
 sub new {
     my ($class, @args) = @_;
-    my %opt = _options('Lugh::Inference->new', \%DEFAULTS, @args);
+    my %opt = Lugh::_options('Lugh::Inference->new', \%DEFAULTS, @args);
     Lugh::_croak('Lugh::Inference->new: missing model => $model (a Lugh::Model)') unless defined $opt{model};
     my $flash = $opt{flash_attn};
     my $flash_code
@@ -56,34 +56,13 @@ sub new {
     return _new($class, $opt{model}, $backend, $opt{n_threads}, $opt{n_ctx}, $flash_code, $opt{n_batch});
 }
 
-# name => value pairs checked against a defaults hash; returns the merged hash.
-sub _options {
-    my ($method, $defaults, @args) = @_;
-    Lugh::_croak("$method: options must be name => value pairs") if @args % 2;
-    my %args = @args;
-    if (my @unknown = grep { !exists $defaults->{$_} } sort keys %args) {
-        Lugh::_croak("$method: unknown option '$unknown[0]' (valid options: " . join(', ', sort keys %$defaults) . ')');
-    }
-    return (%$defaults, %args);
-}
-
 # Settings, all answered by one XS sub.
-for my $name (qw(n_threads n_ctx n_batch n_vocab n_layer)) {
+for my $name (qw(backend n_threads n_ctx n_batch flash_attn n_vocab n_layer)) {
     no strict 'refs';
     *{$name} = sub {
         Lugh::_croak("Usage: \$inference->$name") unless @_ == 1;
         return _setting($_[0], $name);
     };
-}
-
-sub backend {
-    Lugh::_croak('Usage: $inference->backend') unless @_ == 1;
-    return _setting($_[0], 'backend');
-}
-
-sub flash_attn {
-    Lugh::_croak('Usage: $inference->flash_attn') unless @_ == 1;
-    return _setting($_[0], 'flash_attn');
 }
 
 # The forward family: one parser, one dispatcher.
@@ -153,14 +132,14 @@ sub _sample_with {
     my $method = "Lugh::Inference->$name";
     Lugh::_croak("$method: the first argument must be an array reference of logits")
         unless ref $logits eq 'ARRAY';
-    my %opt = (%SAMPLE_DEFAULTS, _options($method, $defaults, @args), %$fixed);
+    my %opt = (%SAMPLE_DEFAULTS, Lugh::_options($method, $defaults, @args), %$fixed);
     return _sample($self, $logits, $opt{history}, @opt{@SAMPLING_ORDER});
 }
 
 sub generate {
     my ($self, @args) = @_;
     my $prompt = ref $args[0] eq 'ARRAY' ? shift @args : undef;
-    my %opt = _options('Lugh::Inference->generate', { %GENERATE_DEFAULTS, prompt => undef }, @args);
+    my %opt = Lugh::_options('Lugh::Inference->generate', { %GENERATE_DEFAULTS, prompt => undef }, @args);
     Lugh::_croak('Lugh::Inference->generate: give the prompt once') if $prompt && defined $opt{prompt};
     $prompt //= $opt{prompt};
     Lugh::_croak('Lugh::Inference->generate: missing prompt (an array of token ids)') unless defined $prompt;

@@ -11,21 +11,9 @@ my %DECODE_DEFAULTS = (special => 0, bytes => 0);
 my %PIECE_DEFAULTS  = (special => 0);
 my %DECODER_DEFAULTS = (special => 0);
 
-# Name => value pairs checked against a defaults hash; returns the merged hash.
-sub _options {
-    my ($method, $defaults, @args) = @_;
-    Lugh::_croak("Lugh::Tokenizer->$method: options must be name => value pairs") if @args % 2;
-    my %args = @args;
-    if (my @unknown = grep { !exists $defaults->{$_} } sort keys %args) {
-        Lugh::_croak("Lugh::Tokenizer->$method: unknown option '$unknown[0]' (valid options: "
-                . join(', ', sort keys %$defaults) . ')');
-    }
-    return (%$defaults, %args);
-}
-
 sub new {
     my ($class, @args) = @_;
-    my %opt = _options('new', \%NEW_DEFAULTS, @args);
+    my %opt = Lugh::_options('Lugh::Tokenizer->new', \%NEW_DEFAULTS, @args);
     Lugh::_croak('Lugh::Tokenizer->new: missing model => $model (a Lugh::Model)') unless defined $opt{model};
     return _new($class, $opt{model});
 }
@@ -33,7 +21,7 @@ sub new {
 sub encode {
     my ($self, $text, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->encode($text, %options)') unless ref $self;
-    my %opt = _options('encode', \%ENCODE_DEFAULTS, @args);
+    my %opt = Lugh::_options('Lugh::Tokenizer->encode', \%ENCODE_DEFAULTS, @args);
     my $add_bos = defined $opt{add_bos} ? $opt{add_bos} : $opt{add_special} && $self->add_bos;
     my $add_eos = $opt{add_special} && $self->add_eos;
     return _encode($self, $text, $add_bos ? 1 : 0, $add_eos ? 1 : 0, $opt{parse_special} ? 1 : 0, $opt{bytes} ? 1 : 0);
@@ -44,7 +32,7 @@ sub decode {
     Lugh::_croak('Usage: $tokenizer->decode(\@ids, %options) or $tokenizer->decode(@ids)') unless ref $self;
     if (@args && ref $args[0] eq 'ARRAY') {
         my ($ids, @rest) = @args;
-        my %opt = _options('decode', \%DECODE_DEFAULTS, @rest);
+        my %opt = Lugh::_options('Lugh::Tokenizer->decode', \%DECODE_DEFAULTS, @rest);
         return _decode($self, $ids, $opt{special} ? 1 : 0, $opt{bytes} ? 1 : 0);
     }
     if (grep { defined && !ref && exists $DECODE_DEFAULTS{$_} } @args) {
@@ -56,7 +44,7 @@ sub decode {
 sub token_to_piece {
     my ($self, $id, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->token_to_piece($id, %options)') unless ref $self && @_ >= 2;
-    my %opt = _options('token_to_piece', \%PIECE_DEFAULTS, @args);
+    my %opt = Lugh::_options('Lugh::Tokenizer->token_to_piece', \%PIECE_DEFAULTS, @args);
     return _token_to_piece($self, $id, $opt{special} ? 1 : 0);
 }
 
@@ -69,7 +57,7 @@ sub type {
 sub decoder {
     my ($self, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->decoder(%options)') unless ref $self;
-    my %opt = _options('decoder', \%DECODER_DEFAULTS, @args);
+    my %opt = Lugh::_options('Lugh::Tokenizer->decoder', \%DECODER_DEFAULTS, @args);
     return _decoder($self, $opt{special} ? 1 : 0);
 }
 
