@@ -7,12 +7,8 @@
 //! the graph builder only combines tensors whose shapes it derived itself.
 #![allow(non_camel_case_types)]
 use super::ggml_sys::{ggml_cgraph, ggml_context, ggml_init_params, ggml_tensor, GGML_MAX_NAME};
+pub use super::ggml_sys::{GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use std::ffi::{c_char, c_int, c_void};
-
-pub const GGML_TYPE_F32: c_int = 0;
-pub const GGML_TYPE_F16: c_int = 1;
-pub const GGML_TYPE_I32: c_int = 26;
-pub const GGML_TYPE_I64: c_int = 27;
 
 pub const GGML_PREC_F32: c_int = 10;
 

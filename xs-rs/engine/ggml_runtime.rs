@@ -7,7 +7,7 @@ use super::ggml_sys::{
     self as sys, ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_tensor,
 };
 use super::ggml_sys::{ggml_backend_reg_t, ggml_backend_t, ggml_cgraph, ggml_context};
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void};
 
 type ggml_gallocr_t = *mut c_void;
 type ggml_backend_dev_get_extra_bufts_t =
@@ -86,7 +86,6 @@ unsafe impl Sync for BufferType {}
 
 impl BufferType {
     pub fn name(&self) -> String {
-        // SAFETY: buffer types have static names.
         // SAFETY: ggml returns the buffer type's static name.
         unsafe { sys::c_str(ggml_backend_buft_name(self.0)) }
     }
@@ -160,10 +159,9 @@ impl Device {
         }
         // SAFETY: as above.
         let reg = unsafe { ggml_backend_dev_backend_reg(self.0) };
-        let name = CString::new("ggml_backend_set_n_threads").unwrap();
         // SAFETY: the proc address, when present, has the documented type.
         let set_threads = unsafe {
-            let f = ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            let f = ggml_backend_reg_get_proc_address(reg, c"ggml_backend_set_n_threads".as_ptr());
             (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
         };
         Some(Backend { ptr, set_threads, threadpool: None })
@@ -219,8 +217,7 @@ unsafe impl Send for Backend {}
 
 impl Backend {
     pub fn name(&self) -> String {
-        // SAFETY: the backend is live.
-        // SAFETY: ggml returns the backend's static name.
+        // SAFETY: the backend is live; ggml returns its static name.
         unsafe { sys::c_str(sys::ggml_backend_name(self.ptr)) }
     }
 
@@ -355,17 +352,17 @@ pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
     unsafe { ggml_backend_tensor_set(t.0, data.as_ptr() as *const c_void, 0, data.len()) }
 }
 
-/// Reads `out.len()` floats from an allocated f32 tensor starting at element `offset`.
 /// `n` f32 values of `t` from element `offset` on, into a new vector (not
 /// zeroed first: a row of logits is a vocabulary long, read once per token).
 pub fn tensor_get_f32(t: Tensor, offset: usize, n: usize) -> Vec<f32> {
     let bytes = n * std::mem::size_of::<f32>();
-    assert!(offset * 4 + bytes <= t.nbytes(), "tensor_get_f32: out of range");
+    let start = offset * std::mem::size_of::<f32>();
+    assert!(start + bytes <= t.nbytes(), "tensor_get_f32: out of range");
     let mut out = Vec::with_capacity(n);
     // SAFETY: the range lies inside the allocated tensor and the vector has
     // room for n values, all of which ggml writes before set_len.
     unsafe {
-        ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, offset * 4, bytes);
+        ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, start, bytes);
         out.set_len(n);
     }
     out

@@ -1,6 +1,8 @@
 //! Raw declarations of the ggml 0.26.0 C API that Lugh uses, written by hand
-//! from ggml.h / ggml-backend.h / ggml-alloc.h / ggml-cpu.h (no bindgen, so no
-//! libclang). Only this module and the other FFI modules use `unsafe` on ggml.
+//! from ggml.h / ggml-backend.h (no bindgen, so no libclang): the structs,
+//! type ids and base calls shared by the other FFI modules. ggml_ops (graph
+//! ops) and ggml_runtime (backends, buffers, allocator, threadpool) declare
+//! the functions they wrap. Only these modules use `unsafe` on ggml.
 #![allow(non_camel_case_types, dead_code)]
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -13,6 +15,7 @@ pub const GGML_TYPE_COUNT: u32 = 43;
 pub const GGML_TYPE_F32: c_int = 0;
 pub const GGML_TYPE_F16: c_int = 1;
 pub const GGML_TYPE_I32: c_int = 26;
+pub const GGML_TYPE_I64: c_int = 27;
 
 /// `struct ggml_tensor`, field for field (ggml.h, 0.26.0).
 #[repr(C)]

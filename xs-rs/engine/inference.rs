@@ -377,7 +377,12 @@ impl Inference {
             cache.advance(tokens.len());
         }
         let n_vocab = self.hp.n_vocab;
-        Ok((0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect())
+        // one read of every output row (one device sync on a GPU backend)
+        let all = rt::tensor_get_f32(graph.logits, 0, graph.n_outputs * n_vocab);
+        Ok(match graph.n_outputs {
+            1 => vec![all],
+            _ => all.chunks_exact(n_vocab).map(<[f32]>::to_vec).collect(),
+        })
     }
 
     fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])]) {
