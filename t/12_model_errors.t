@@ -5,20 +5,12 @@ use warnings;
 use Test::More;
 use File::Temp qw(tempdir);
 use lib 't/lib';
+use LughTest qw(croaks_like);
 use LughTest::GGUF qw(write_gguf gguf_bytes);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
 my $good = write_gguf("$dir/good.gguf", kv => ['general.architecture' => [string => 'x']]);
-
-sub croaks_like {
-    my ($code, $re, $name) = @_;
-    my $line = (caller)[2];
-    my $ok = !eval { $code->(); 1 };
-    my $err = $@;
-    like($err, $re, $name) or return;
-    like($err, qr/ at \Q$0\E line \d+\.\n\z/, "$name: reported at the caller's line");
-}
 
 croaks_like(sub { Lugh::Model->new }, qr/missing model => \$path/, 'no arguments');
 croaks_like(sub { Lugh::Model->new(model => undef) }, qr/missing model/, 'undef path');

@@ -2,7 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTest qw(model_path);
+use LughTest qw(model_path croaks_like);
 use LughTestInference qw(smollm2 argmax);
 
 # Bad input everywhere: each croaks with a message naming the problem and the
@@ -10,15 +10,6 @@ use LughTestInference qw(smollm2 argmax);
 
 my ($model, $inference) = smollm2();
 my @prompt = (504, 3575, 282, 4649, 314);
-my $at = qr/ at \S+ line \d+\.\n\z/;
-
-sub croaks_like {
-    my ($code, $re, $name) = @_;
-    my $ok = eval { $code->(); 1 };
-    ok(!$ok, "$name: croaks") or return;
-    like($@, $re, "$name: message");
-    like($@, $at, "$name: at the caller's line, no trailing newline in the message");
-}
 
 subtest 'new' => sub {
     croaks_like(sub { Lugh::Inference->new }, qr/missing model/, 'no model');

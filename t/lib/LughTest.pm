@@ -12,7 +12,7 @@ use Exporter 'import';
 use File::Spec;
 use Test::More ();
 
-our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl @TEST_MODELS);
+our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like @TEST_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -89,6 +89,16 @@ sub read_jsonl {
     open my $fh, '<:raw', $path or die "cannot read $path: $!";
     my @rows = map { $json->decode($_) } grep {/\S/} <$fh>;
     return \@rows;
+}
+
+# $code must croak with a message matching $re, reported at a line of the
+# test file (perl's " at FILE line N." ending, nothing after it).
+sub croaks_like {
+    my ($code, $re, $name) = @_;
+    my $ok = eval { $code->(); 1 };
+    Test::More::ok(!$ok, "$name: croaks") or return;
+    Test::More::like($@, $re, "$name: message");
+    Test::More::like($@, qr/ at \Q$0\E line \d+\.\n\z/, "$name: at the caller's line, nothing after it");
 }
 
 1;
