@@ -164,7 +164,9 @@ impl Device {
             let f = ggml_backend_reg_get_proc_address(reg, c"ggml_backend_set_n_threads".as_ptr());
             (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
         };
-        Some(Backend { ptr, set_threads, threadpool: None })
+        // SAFETY: the backend is live.
+        let is_cpu = unsafe { ggml_backend_is_cpu(ptr) };
+        Some(Backend { ptr, set_threads, is_cpu, n_threads: 1, threadpool: None })
     }
 }
 
@@ -172,6 +174,8 @@ impl Device {
 pub struct Backend {
     ptr: ggml_backend_t,
     set_threads: Option<ggml_backend_set_n_threads_t>,
+    is_cpu: bool,
+    n_threads: usize,
     // Dropped after the backend that uses it (Drop frees ptr first).
     threadpool: Option<Threadpool>,
 }
@@ -221,22 +225,28 @@ impl Backend {
         unsafe { sys::c_str(sys::ggml_backend_name(self.ptr)) }
     }
 
-    /// Sets the threads the next graphs run on; on the CPU it also (re)starts
-    /// the kept worker threads when their number or the process changed.
+    /// Sets the threads the graphs run on.
     pub fn set_n_threads(&mut self, n: usize) {
-        // SAFETY: the backend is live.
-        if unsafe { ggml_backend_is_cpu(self.ptr) } && !self.threadpool.as_ref().is_some_and(|tp| tp.serves(n)) {
-            let threadpool = Threadpool::new(n);
-            let tp_ptr = threadpool.as_ref().map_or(std::ptr::null_mut(), |tp| tp.ptr);
-            // SAFETY: the backend is live; the pool outlives its use (it is
-            // replaced only here, after the backend was pointed at the new one).
-            unsafe { ggml_backend_cpu_set_threadpool(self.ptr, tp_ptr) };
-            self.threadpool = threadpool;
-        }
+        self.n_threads = n;
         if let Some(f) = self.set_threads {
             // SAFETY: f is the backend's own setter, the backend is live.
             unsafe { f(self.ptr, n as c_int) }
         }
+        self.ensure_threadpool();
+    }
+
+    /// On the CPU, (re)starts the kept worker threads when their number or
+    /// the process (a fork) changed.
+    fn ensure_threadpool(&mut self) {
+        if !self.is_cpu || self.threadpool.as_ref().is_some_and(|tp| tp.serves(self.n_threads)) {
+            return;
+        }
+        let threadpool = Threadpool::new(self.n_threads);
+        let tp_ptr = threadpool.as_ref().map_or(std::ptr::null_mut(), |tp| tp.ptr);
+        // SAFETY: the backend is live; the pool outlives its use (it is
+        // replaced only here, after the backend was pointed at the new one).
+        unsafe { ggml_backend_cpu_set_threadpool(self.ptr, tp_ptr) };
+        self.threadpool = threadpool;
     }
 
     pub fn default_buffer_type(&self) -> BufferType {
@@ -245,7 +255,8 @@ impl Backend {
     }
 
     /// Runs an allocated graph; false when the backend reports a failure.
-    pub fn compute(&self, graph: &GraphCtx) -> bool {
+    pub fn compute(&mut self, graph: &GraphCtx) -> bool {
+        self.ensure_threadpool();
         // SAFETY: the graph's tensors are allocated (by a Gallocr) and live.
         unsafe { ggml_backend_graph_compute(self.ptr, graph.graph_ptr()) == GGML_STATUS_SUCCESS }
     }

@@ -7,7 +7,7 @@
 use super::arch::{self, ArchSpec, HParams};
 use super::compute::{BatchShape, GraphKey};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
-use super::ggml_runtime::{self as rt, Backend, Device};
+use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
 use super::graph::{causal_mask, mask_bytes, Blueprint, ForwardGraph, Segment};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
@@ -55,7 +55,10 @@ pub struct InferenceOptions {
 /// threads of Rust (`Send + Sync`); mutable state lives in KvCache/ComputePool.
 pub struct Inference {
     // Drop order: pools and weights before the backend, all before the model.
-    default_pool: Mutex<ComputePool>,
+    // Empty while a call has the pool out (a generate callback may run
+    // another forward on this session: it gets a pool of its own).
+    default_pool: Mutex<Option<ComputePool>>,
+    compute_buft: BufferType,
     weights: ModelWeights,
     backend: Mutex<Backend>,
     device: Device,
@@ -142,9 +145,10 @@ impl Inference {
             .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
         backend.set_n_threads(n_threads);
         let weights = ModelWeights::load(&model, spec, &hp, device)?;
-        let default_pool = ComputePool::new(backend.default_buffer_type(), backend_name.clone());
+        let compute_buft = backend.default_buffer_type();
         Ok(Inference {
-            default_pool: Mutex::new(default_pool),
+            default_pool: Mutex::new(None),
+            compute_buft,
             weights,
             backend: Mutex::new(backend),
             device,
@@ -216,8 +220,18 @@ impl Inference {
 
     /// A reusable compute allocation for forward passes.
     pub fn new_pool(&self) -> Result<ComputePool> {
-        let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(ComputePool::new(backend.default_buffer_type(), self.backend_name.clone()))
+        Ok(ComputePool::new(self.compute_buft, self.backend_name.clone()))
+    }
+
+    /// The session's own pool, for a call without one (a new one if another
+    /// call has it); give it back with `put_default_pool`.
+    pub(crate) fn take_default_pool(&self) -> Result<ComputePool> {
+        let taken = self.default_pool.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.map_or_else(|| self.new_pool(), Ok)
+    }
+
+    pub(crate) fn put_default_pool(&self, pool: ComputePool) {
+        *self.default_pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(pool);
     }
 
     fn check_tokens(&self, tokens: &[i32], what: &str) -> Result<()> {
@@ -280,7 +294,12 @@ impl Inference {
     ) -> Result<T> {
         match pool {
             Some(pool) => body(pool),
-            None => body(&mut self.default_pool.lock().unwrap_or_else(|e| e.into_inner())),
+            None => {
+                let mut pool = self.take_default_pool()?;
+                let result = body(&mut pool);
+                self.put_default_pool(pool);
+                result
+            }
         }
     }
 
@@ -365,10 +384,9 @@ impl Inference {
             pool.allocate(key.clone(), graph)?;
         }
         let graph = pool.reusable(&key).expect("the graph was just allocated for this key");
-        self.set_inputs(graph, segs);
+        self.set_inputs(graph, segs, all);
         {
             let mut backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
-            backend.set_n_threads(self.n_threads);
             if !backend.compute(&graph.g) {
                 return Err(Error::Ggml("the backend failed to compute the graph".into()));
             }
@@ -377,15 +395,11 @@ impl Inference {
             cache.advance(tokens.len());
         }
         let n_vocab = self.hp.n_vocab;
-        // one read of every output row (one device sync on a GPU backend)
-        let all = rt::tensor_get_f32(graph.logits, 0, graph.n_outputs * n_vocab);
-        Ok(match graph.n_outputs {
-            1 => vec![all],
-            _ => all.chunks_exact(n_vocab).map(<[f32]>::to_vec).collect(),
-        })
+        // row by row: each row is read once, straight into its own vector
+        Ok((0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect())
     }
 
-    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])]) {
+    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])], all: bool) {
         let mut tokens = Vec::new();
         let mut pos = Vec::new();
         let mut out_ids = Vec::new();
@@ -395,7 +409,7 @@ impl Inference {
             let start = cache.n_cached();
             tokens.extend_from_slice(toks);
             pos.extend((0..toks.len()).map(|i| (start + i) as i32));
-            if graph.n_outputs == segs.iter().map(|(_, t)| t.len()).sum::<usize>() {
+            if all {
                 out_ids.extend((0..toks.len() as i32).map(|i| first + i));
             } else {
                 out_ids.push(first + toks.len() as i32 - 1);

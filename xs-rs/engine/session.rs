@@ -4,8 +4,8 @@
 //! `Arc`, so parents outlive their children whatever order perl frees them in.
 //!
 //! No lock is held while perl code runs (the generate callback may call back
-//! into the same session): scratch caches and the scratch pool are taken out
-//! of their slots for the duration of a call and put back afterwards.
+//! into the same session): scratch caches and the session's default pool are
+//! taken out of their slots for the duration of a call and put back afterwards.
 use super::generate::{self, CachedSession, GenerateOptions, TokenText};
 use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
 use super::model::Model;
@@ -24,7 +24,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Session {
     pub engine: Inference,
     scratch_caches: Mutex<Vec<KvCache>>,
-    scratch_pool: Mutex<Option<ComputePool>>,
 }
 
 /// A KV cache of one session (Lugh::KVCache). The slot is empty only while a
@@ -63,11 +62,7 @@ impl PoolHandle {
 
 impl Session {
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
-        Ok(Session {
-            engine: Inference::new(model, options)?,
-            scratch_caches: Mutex::new(Vec::new()),
-            scratch_pool: Mutex::new(None),
-        })
+        Ok(Session { engine: Inference::new(model, options)?, scratch_caches: Mutex::new(Vec::new()) })
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
@@ -201,15 +196,11 @@ impl Session {
             None
         };
         let mut cache = self.take_scratch(1)?.pop().expect("one cache");
-        let taken_pool = lock(&self.scratch_pool).take();
-        let mut pool = match taken_pool {
-            Some(p) => p,
-            None => self.engine.new_pool()?,
-        };
+        let mut pool = self.engine.take_default_pool()?;
         let mut source = CachedSession { inference: &self.engine, cache: &mut cache, pool: Some(&mut pool) };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_token);
-        *lock(&self.scratch_pool) = Some(pool);
+        self.engine.put_default_pool(pool);
         self.return_scratch(vec![cache]);
         result
     }
