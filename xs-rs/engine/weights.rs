@@ -10,7 +10,6 @@ use super::ggml_sys as sys;
 use super::gguf::TensorInfo;
 use super::model::Model;
 use super::{Error, Result};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The weight tensors by role; `name(il)` gives the GGUF name without suffix.
@@ -145,7 +144,6 @@ struct Loader<'a> {
     /// Candidates for matmul weights: the extra types first, the device's own last.
     bufts: Vec<BufferType>,
     pending: Vec<Pending>,
-    by_name: HashMap<String, usize>,
 }
 
 impl<'a> Loader<'a> {
@@ -191,13 +189,8 @@ impl<'a> Loader<'a> {
                 ),
             });
         }
-        let key = format!("{name}/{:?}", role.op(suffix));
-        if let Some(&i) = self.by_name.get(&key) {
-            return Ok(Some(i));
-        }
         let buft = self.choose_buft(info, role.op(suffix));
         self.pending.push(Pending { info: info.clone(), buft, tensor: None });
-        self.by_name.insert(key, self.pending.len() - 1);
         Ok(Some(self.pending.len() - 1))
     }
 
@@ -241,7 +234,7 @@ impl ModelWeights {
     pub fn load(model: &Arc<Model>, spec: &'static ArchSpec, hp: &HParams, device: Device) -> Result<ModelWeights> {
         let mut bufts = if device.is_cpu() { device.extra_buffer_types() } else { Vec::new() };
         bufts.push(device.buffer_type());
-        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new(), by_name: HashMap::new() };
+        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new() };
         let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
         let q_dim = (hp.n_head * hp.head_dim_k) as i64;
         let k_dim = hp.n_embd_k_gqa() as i64;
