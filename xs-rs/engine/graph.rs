@@ -315,29 +315,25 @@ fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
 /// Fills a causal mask [n_kv, n_tokens] for tokens at positions
 /// `first_pos..first_pos+n_tokens` of one sequence whose cell i holds
 /// position i; with `window` > 0 positions `window` or more behind are
-/// masked too (llama.cpp's standard SWA). 0 = keep, -inf = drop.
-pub fn causal_mask(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32) -> Vec<f32> {
-    let mut m = vec![f32::NEG_INFINITY; n_kv * n_tokens];
+/// masked too (llama.cpp's standard SWA). `keep` (0) and `drop` (-inf) are
+/// given in the mask's element type: f32, or f16 bits for flash attention.
+pub fn causal_mask<T: Copy>(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32, keep: T, drop: T) -> Vec<T> {
+    let mut m = vec![drop; n_kv * n_tokens];
     for i in 0..n_tokens {
         let p1 = first_pos + i;
         let row = &mut m[i * n_kv..(i + 1) * n_kv];
         for (p0, cell) in row.iter_mut().enumerate().take(p1 + 1) {
             if window == 0 || p1 - p0 < window as usize {
-                *cell = 0.0;
+                *cell = keep;
             }
         }
     }
     m
 }
 
-/// The mask in the type the graph wants: f32, or f16 for flash attention
-/// (the values are only 0 and -inf, whose f16 bit patterns are fixed).
-pub fn mask_bytes(mask: &[f32], f16: bool) -> Vec<u8> {
-    if !f16 {
-        return mask.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    }
-    mask.iter().flat_map(|&v| if v == 0.0 { 0u16 } else { 0xFC00u16 }.to_ne_bytes()).collect()
-}
+/// The f16 bit patterns of a mask's 0 and -inf (flash attention's mask type).
+pub const F16_ZERO: u16 = 0x0000;
+pub const F16_NEG_INF: u16 = 0xFC00;
 
 #[cfg(test)]
 mod tests {
@@ -345,20 +341,22 @@ mod tests {
 
     #[test]
     fn causal_mask_sees_the_past_only() {
-        let m = causal_mask(4, 1, 2, 0);
         let inf = f32::NEG_INFINITY;
+        let m = causal_mask(4, 1, 2, 0, 0.0, inf);
         assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
     }
 
     #[test]
     fn sliding_window_masks_old_positions() {
-        let m = causal_mask(4, 3, 1, 2);
         let inf = f32::NEG_INFINITY;
+        let m = causal_mask(4, 3, 1, 2, 0.0, inf);
         assert_eq!(m, vec![inf, inf, 0.0, 0.0]);
     }
 
     #[test]
     fn f16_mask_bits() {
-        assert_eq!(mask_bytes(&[0.0, f32::NEG_INFINITY], true), vec![0, 0, 0x00, 0xFC]);
+        let m = causal_mask(2, 0, 1, 0, F16_ZERO, F16_NEG_INF);
+        let bytes: Vec<u8> = m.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(bytes, vec![0, 0, 0x00, 0xFC]);
     }
 }

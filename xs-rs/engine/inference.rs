@@ -8,7 +8,7 @@ use super::arch::{self, ArchSpec, HParams};
 use super::compute::{BatchShape, GraphKey};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
-use super::graph::{causal_mask, mask_bytes, Blueprint, ForwardGraph, Segment};
+use super::graph::{causal_mask, Blueprint, ForwardGraph, Segment, F16_NEG_INF, F16_ZERO};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::weights::ModelWeights;
@@ -416,12 +416,17 @@ impl Inference {
             }
             rt::tensor_set(inp.k_idxs, &cache.k_idxs(toks.len()));
             rt::tensor_set(inp.v_idxs, &cache.v_idxs(toks.len()));
-            let f16 = inp.mask.type_id() == GGML_TYPE_F16;
-            let mask = causal_mask(inp.n_kv, start, toks.len(), 0);
-            rt::tensor_set_bytes(inp.mask, &mask_bytes(&mask, f16));
+            // the mask in its graph type, built once: f16 with flash attention, else f32
+            let fill = |mask, window| {
+                if self.flash_attn {
+                    rt::tensor_set(mask, &causal_mask(inp.n_kv, start, toks.len(), window, F16_ZERO, F16_NEG_INF));
+                } else {
+                    rt::tensor_set(mask, &causal_mask(inp.n_kv, start, toks.len(), window, 0f32, f32::NEG_INFINITY));
+                }
+            };
+            fill(inp.mask, 0);
             if let Some(m) = inp.mask_swa {
-                let mask = causal_mask(inp.n_kv, start, toks.len(), n_swa);
-                rt::tensor_set_bytes(m, &mask_bytes(&mask, f16));
+                fill(m, n_swa);
             }
         }
         rt::tensor_set(graph.tokens, &tokens);
