@@ -313,11 +313,11 @@ impl Inference {
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
         if sequences.is_empty() {
-            return Err(Error::Argument("no sequences given: at least one is needed".into()));
+            return Err(Error::Argument("no sequences given (the list is empty)".into()));
         }
         if caches.len() != sequences.len() {
             return Err(Error::Argument(format!(
-                "{} sequences but {} KV caches: one cache per sequence is needed",
+                "{} sequences but {} caches (give one cache per sequence)",
                 sequences.len(),
                 caches.len()
             )));

@@ -139,9 +139,6 @@ impl Session {
         caches: Option<&[Arc<CacheHandle>]>,
         pool: Option<&PoolHandle>,
     ) -> Result<Vec<Vec<f32>>> {
-        if sequences.is_empty() {
-            return Err(Error::Argument("no sequences given (the list is empty)".into()));
-        }
         if let Some(p) = pool {
             self.check_owner(&p.session, "memory pool")?;
         }
@@ -153,13 +150,6 @@ impl Session {
             self.return_scratch(scratch);
             return result;
         };
-        if handles.len() != sequences.len() {
-            return Err(Error::Argument(format!(
-                "{} sequences but {} caches (give one cache per sequence)",
-                sequences.len(),
-                handles.len()
-            )));
-        }
         for (i, h) in handles.iter().enumerate() {
             self.check_owner(&h.session, &format!("KV cache {i}"))?;
             if let Some(j) = handles[..i].iter().position(|o| Arc::ptr_eq(o, h)) {
