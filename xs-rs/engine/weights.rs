@@ -211,12 +211,13 @@ impl<'a> Loader<'a> {
         let Some(g) = super::ggml_ops::GraphCtx::new(4) else {
             return default;
         };
+        // one op, asked about with the weight placed in each candidate in turn
+        let op = g.mul_mat(w, b);
         for (i, &buft) in self.bufts.iter().enumerate() {
             let Some(probe) = Buffer::probe(buft) else {
                 continue;
             };
             probe.mark_probe(w);
-            let op = g.mul_mat(w, b);
             if self.device.supports_op(op) {
                 return i;
             }
