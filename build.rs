@@ -33,20 +33,23 @@ fn ggml_source_dir() -> PathBuf {
     }
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("vendor/ggml/Cargo.toml");
-    // Only the manifest's own target is needed; --locked keeps the checksum pinned.
-    let target = env::var("TARGET").unwrap();
-    let fetch = Command::new(&cargo)
-        .args(["fetch", "--locked", "--target", &target, "--manifest-path"])
-        .arg(&manifest)
-        .status()
-        .expect("cannot run cargo fetch for the ggml pin");
-    assert!(fetch.success(), "cargo fetch of the ggml pin ({}) failed", manifest.display());
+    // `cargo metadata` resolves the pin for every platform, so it downloads
+    // whatever of the lock file the cache lacks (an empty, partial or warm
+    // cache all work) and honours CARGO_NET_OFFLINE; --locked keeps the
+    // checksums of vendor/ggml/Cargo.lock. (A `cargo fetch --target HOST`
+    // first would fetch only the host's packages, and an --offline metadata
+    // call after it fails on an empty cache.)
     let meta = Command::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path"])
+        .args(["metadata", "--format-version", "1", "--locked", "--manifest-path"])
         .arg(&manifest)
         .output()
         .expect("cannot run cargo metadata for the ggml pin");
-    assert!(meta.status.success(), "cargo metadata of the ggml pin failed: {}", String::from_utf8_lossy(&meta.stderr));
+    assert!(
+        meta.status.success(),
+        "cargo metadata of the ggml pin ({}) failed: {}",
+        manifest.display(),
+        String::from_utf8_lossy(&meta.stderr)
+    );
     let json = String::from_utf8(meta.stdout).unwrap();
     let crate_dir = pinned_manifest_dir(&json).expect("llama-cpp-sys-2 not found in cargo metadata of the ggml pin");
     let dir = crate_dir.join("llama.cpp/ggml");
