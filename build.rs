@@ -84,7 +84,9 @@ fn build_ggml(g: &Path, out: &Path) {
     println!("cargo:rustc-env=LUGH_GGML_VERSION={GGML_VERSION}");
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
     let src = |p: &str| g.join("src").join(p);
-    let setup = |cpp: bool, cpu: bool| {
+    let cpu = cpu_kernels(&arch);
+    report_cpu_features(&cpu, &arch);
+    let setup = |cpp: bool, with_cpu: bool| {
         let mut b = cc::Build::new();
         b.include(g.join("include"))
             .include(g.join("src"))
@@ -103,39 +105,13 @@ fn build_ggml(g: &Path, out: &Path) {
         } else {
             b.std("gnu11");
         }
-        if cpu {
+        if with_cpu {
             b.include(g.join("src/ggml-cpu")).define("GGML_USE_CPU_REPACK", None).define("GGML_USE_LLAMAFILE", None);
-            match arch.as_str() {
-                // llama.cpp's default build (GGML_NATIVE=ON): the kernels of the
-                // machine it is built on (AVX-512 ...), so that Lugh computes
-                // what a llama.cpp built there computes. Without AMX: GCC 12
-                // drops the tile-config stores in ggml's AMX kernels (they
-                // fault), and llama.cpp's reference outputs are those of the
-                // AVX-512 kernels. LUGH_CPU_AMX=1 keeps AMX.
-                "x86_64" if !env_flag("LUGH_CPU_PORTABLE") => {
-                    b.flag("-march=native");
-                    if !env_flag("LUGH_CPU_AMX") {
-                        for f in ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"] {
-                            b.flag(f);
-                        }
-                    }
-                }
-                // LUGH_CPU_PORTABLE=1: ggml's portable x86-64 build
-                // (GGML_NATIVE=OFF with AVX2): the flags its CMake sets for that variant.
-                "x86_64" => {
-                    for d in ["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"] {
-                        b.define(d, None);
-                    }
-                    for f in ["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"] {
-                        b.flag(f);
-                    }
-                }
-                // armv8.2-a with dotprod and fp16 is what ggml's CMake picks for
-                // a generic aarch64 Linux build.
-                "aarch64" => {
-                    b.flag("-march=armv8.2-a+dotprod+fp16");
-                }
-                _ => {}
+            for d in &cpu.defines {
+                b.define(d, None);
+            }
+            for f in &cpu.flags {
+                b.flag(f);
             }
         }
         b
@@ -186,6 +162,85 @@ fn build_ggml(g: &Path, out: &Path) {
     for lib in ["pthread", "m", "dl"] {
         println!("cargo:rustc-link-lib={lib}");
     }
+}
+
+/// The compiler switches that choose ggml's CPU kernels.
+struct CpuKernels {
+    defines: Vec<&'static str>,
+    flags: Vec<&'static str>,
+}
+
+fn cpu_kernels(arch: &str) -> CpuKernels {
+    match arch {
+        // llama.cpp's default build (GGML_NATIVE=ON): the kernels of the
+        // machine it is built on (AVX-512 ...), so that Lugh computes what a
+        // llama.cpp built there computes. Without AMX: GCC 12 drops the
+        // tile-config stores in ggml's AMX kernels (they fault), and llama.cpp's
+        // reference outputs are those of the AVX-512 kernels. LUGH_CPU_AMX=1
+        // keeps AMX.
+        "x86_64" if !env_flag("LUGH_CPU_PORTABLE") => {
+            let mut flags = vec!["-march=native"];
+            if !env_flag("LUGH_CPU_AMX") {
+                flags.extend(["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]);
+            }
+            CpuKernels { defines: vec![], flags }
+        }
+        // LUGH_CPU_PORTABLE=1: ggml's portable x86-64 build (GGML_NATIVE=OFF
+        // with AVX2): the flags its CMake sets for that variant.
+        "x86_64" => CpuKernels {
+            defines: vec!["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"],
+            flags: vec!["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"],
+        },
+        // armv8.2-a with dotprod and fp16 is what ggml's CMake picks for a
+        // generic aarch64 Linux build.
+        "aarch64" => CpuKernels { defines: vec![], flags: vec!["-march=armv8.2-a+dotprod+fp16"] },
+        _ => CpuKernels { defines: vec![], flags: vec![] },
+    }
+}
+
+/// The instruction-set macros ggml's CPU code branches on, as the compiler
+/// defines them under `cpu`'s flags, and the kernel variant they make
+/// (`x86_64-avx512`, `x86_64-avx2`, `aarch64-neon` ...): the variant names
+/// the vector width and fused multiply-add, which fix the order and rounding
+/// of float sums, so two builds of one variant compute the same logits.
+/// Exported to the crate as LUGH_CPU_FEATURES and LUGH_CPU_VARIANT.
+fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
+    const MACROS: &[&str] = &[
+        "__SSE3__", "__SSSE3__", "__SSE4_1__", "__SSE4_2__", "__AVX__", "__AVX2__", "__FMA__", "__F16C__",
+        "__BMI2__", "__AVXVNNI__", "__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__",
+        "__AVX512VNNI__", "__AVX512BF16__", "__AVX512VBMI__", "__AMX_TILE__", "__AMX_INT8__", "__AMX_BF16__",
+        "__ARM_NEON", "__ARM_FEATURE_FMA", "__ARM_FEATURE_DOTPROD", "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC",
+        "__ARM_FEATURE_MATMUL_INT8", "__ARM_FEATURE_SVE", "__ARM_FEATURE_SME",
+    ];
+    let compiler = cc::Build::new().get_compiler();
+    let mut probe = compiler.to_command();
+    probe.args(&cpu.flags).args(["-dM", "-E", "-x", "c", "-"]).stdin(std::process::Stdio::null());
+    let defined = probe.output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let has = |m: &str| defined.lines().any(|l| l.split_whitespace().nth(1) == Some(m));
+    let features: Vec<String> = MACROS
+        .iter()
+        .filter(|m| has(m))
+        .map(|m| m.trim_matches('_').trim_start_matches("ARM_FEATURE_").trim_start_matches("ARM_").replace(
+            "FP16_VECTOR_ARITHMETIC",
+            "FP16",
+        ))
+        .collect();
+    let variant = match arch {
+        "x86_64" if has("__AMX_INT8__") => "x86_64-amx",
+        "x86_64" if has("__AVX512F__") => "x86_64-avx512",
+        "x86_64" if has("__AVX2__") && has("__FMA__") => "x86_64-avx2",
+        "x86_64" if has("__AVX__") => "x86_64-avx",
+        "x86_64" => "x86_64-sse",
+        "aarch64" if has("__ARM_FEATURE_SVE") => "aarch64-sve",
+        "aarch64" => "aarch64-neon",
+        other => other,
+    };
+    println!("cargo:rustc-env=LUGH_CPU_FEATURES={}", features.join(" "));
+    println!("cargo:rustc-env=LUGH_CPU_VARIANT={variant}");
+    println!(
+        "cargo:rustc-env=LUGH_CPU_BUILD={}",
+        if arch == "x86_64" && !env_flag("LUGH_CPU_PORTABLE") { "native" } else { "portable" }
+    );
 }
 
 /// Whether the environment variable is set to something other than "" or "0".

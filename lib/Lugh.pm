@@ -9,6 +9,16 @@ our $VERSION = '0.20';
 require XSLoader;
 XSLoader::load('Lugh', $VERSION);
 
+# A Lugh.so compiled for another machine's CPU (-march=native) would stop
+# the process with an illegal instruction at the first matrix product; say so
+# at load time instead.
+{
+    my %cpu = _cpu_features();
+    die "Lugh was compiled for CPU features this processor lacks (@{ $cpu{missing} }; kernel variant $cpu{variant}):"
+        . " rebuild it on this machine, or with LUGH_CPU_PORTABLE=1 for any x86-64 CPU with AVX2\n"
+        if @{ $cpu{missing} };
+}
+
 # Every error Lugh raises goes through here: it names the line of the first
 # caller outside Lugh's own packages, so a message points at the user's code.
 sub _croak {
@@ -45,11 +55,20 @@ sub srand {
     return _srand($_[0]);
 }
 
+sub cpu_features {
+    Lugh::_croak('Usage: Lugh::cpu_features()') if @_;
+    my %cpu = _cpu_features();
+    delete $cpu{missing};
+    return \%cpu;
+}
+
 sub backend_info {
     my ($name) = @_;
     Carp::croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
     my %info = _backend_info($name);
-    return %info ? \%info : undef;
+    return undef unless %info;
+    $info{kernel_variant} = cpu_features()->{variant} if $info{name} eq 'CPU';
+    return \%info;
 }
 
 1;
@@ -117,7 +136,49 @@ else the CPU.
 
 A hash reference C<< {name, type, is_gpu, device_count, description} >> for an
 available backend, or undef for one that is not. C<type> is the kind of its
-first device: C<CPU>, C<GPU>, C<IGPU> or C<ACCEL>.
+first device: C<CPU>, C<GPU>, C<IGPU> or C<ACCEL>. The CPU backend's hash also
+has C<kernel_variant>, as L</cpu_features> gives it.
+
+=head2 cpu_features
+
+    my $cpu = Lugh::cpu_features();
+    print "$cpu->{variant} ($cpu->{build}): @{ $cpu->{features} }\n";
+    # x86_64-avx512 (native): SSE3 SSSE3 SSE4_1 SSE4_2 AVX AVX2 FMA F16C BMI2 AVX512F ...
+
+What ggml's CPU kernels were compiled for, as a hash reference:
+
+=over
+
+=item variant
+
+The kernel variant: C<x86_64-avx512>, C<x86_64-avx2>, C<x86_64-avx>,
+C<x86_64-sse>, C<aarch64-neon>, C<aarch64-sve>, or the architecture's name.
+It names what fixes the order and rounding of floating-point sums (the
+vector width and fused multiply-add), so two builds of one variant compute
+the same logits to the last digit, and builds of two variants differ by a
+little (README.pod, "PARITY WITH LLAMA.CPP"): the parity tests compare
+against llama.cpp's outputs for the same variant.
+
+=item build
+
+C<native> (C<-march=native>, the default on x86-64) or C<portable>
+(C<LUGH_CPU_PORTABLE=1>, or an architecture without a native build).
+
+=item arch
+
+The processor architecture, e.g. C<x86_64> or C<aarch64>.
+
+=item features
+
+The instruction-set extensions the kernels use, as an array reference of
+names such as C<AVX2>, C<FMA>, C<F16C>, C<AVX512F>, C<AVX512VNNI>, C<NEON>,
+C<DOTPROD>.
+
+=back
+
+Loading Lugh croaks, naming the missing extensions, on a processor that
+lacks one of them (a native build copied to an older machine) rather than
+stopping later on an illegal instruction.
 
 =head2 srand
 

@@ -1,8 +1,8 @@
 package LughReference;
 
-# Running the llama.cpp reference tools (built by
-# ../shared/tools/build-llama-reference into $LUGH_REF, default
-# ~/.cache/lugh-ref) from the benchmark scripts.
+# Running the llama.cpp reference tools (built by bench/build-llama-reference
+# into $LUGH_REF/VARIANT, default ~/.cache/lugh-ref/native) from the
+# benchmark scripts and bench/make-reference.
 
 use strict;
 use warnings;
@@ -11,19 +11,26 @@ use File::Temp qw(tempdir);
 
 our @EXPORT_OK = qw(reference_dir_tools run_reference);
 
-# The folder of the reference build ($LUGH_REF/build).
+# The folder of a reference build: $LUGH_REF/VARIANT (VARIANT: native, the
+# default, or avx2); $LUGH_REF/build for a native build made before variants.
 sub reference_dir_tools {
+    my ($variant) = @_;
+    $variant //= 'native';
     my $ref = $ENV{LUGH_REF} // "$ENV{HOME}/.cache/lugh-ref";
-    return "$ref/build";
+    return "$ref/build" if $variant eq 'native' && !-d "$ref/native" && -d "$ref/build";
+    return "$ref/$variant";
 }
 
-# The output of a reference command (a list: program and arguments), stderr
-# dropped; undef when it fails. ggml's AMX kernels fault when built by GCC 12
+# The output of a reference command (a list: program and arguments; a first
+# argument { stdin => FILE } feeds it that file), stderr dropped; undef when
+# it fails. ggml's AMX kernels fault when built by GCC 12
 # (the tile configuration is dropped), so a crashed run is retried with AMX
 # refused by the kernel, which makes ggml use the AVX-512 kernels Lugh uses.
 sub run_reference {
+    my $options = ref $_[0] eq 'HASH' ? shift : {};
     my @cmd = @_;
     my $quoted = join ' ', map { quotemeta } @cmd;
+    $quoted .= ' <' . quotemeta($options->{stdin}) if defined $options->{stdin};
     my $out = qx{$quoted 2>/dev/null};
     return $out if $? == 0;
     local $ENV{LD_PRELOAD} = no_amx_shim();

@@ -69,16 +69,13 @@ sub require_model {
             . " (run: perl t/fetch-models)");
 }
 
-# ../shared/reference/llamacpp-b11434 beside the project, or $LUGH_REFERENCE_DIR.
+# t/data/reference: llama.cpp's outputs for the parity tests (per CPU kernel
+# variant) and its token ids (t/data/reference/tokens), shipped with the
+# distribution; $LUGH_REFERENCE_DIR replaces it.
 sub reference_dir {
     return $ENV{LUGH_REFERENCE_DIR} if $ENV{LUGH_REFERENCE_DIR};
-    my $here = File::Spec->rel2abs(__FILE__);
-    my @up = File::Spec->splitdir((File::Spec->splitpath($here))[1]);
-    for my $n (reverse 0 .. $#up) {
-        my $candidate = File::Spec->catdir(@up[0 .. $n], 'shared', 'reference', 'llamacpp-b11434');
-        return $candidate if -d $candidate;
-    }
-    return undef;
+    my $lib = (File::Spec->splitpath(File::Spec->rel2abs(__FILE__)))[1];
+    return File::Spec->catdir($lib, File::Spec->updir, 'data', 'reference');
 }
 
 # One decoded JSON object per line (JSON::PP is core).

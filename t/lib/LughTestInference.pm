@@ -7,10 +7,11 @@ use strict;
 use warnings;
 use Exporter 'import';
 use List::Util qw(max);
+use File::Spec;
 use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
-our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases check_reference_case
-    for_each_test_model);
+our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases reference_variants check_reference_case
+    check_cross_variant_case run_parity_set for_each_test_model);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -40,12 +41,104 @@ sub max_abs_diff {
     return max(map { abs($a->[$_] - $b->[$_]) } 0 .. $#$a);
 }
 
-# The cases of logits.MODEL.fa-on|off.jsonl, or an empty list.
+# The cases of t/data/reference/VARIANT/SET.MODEL.fa-on|off.jsonl (SET:
+# parity or long-context; VARIANT: this build's kernel variant by default),
+# or an empty list.
 sub reference_cases {
-    my ($model, $fa) = @_;
-    my $dir = reference_dir() // return ();
-    my $file = "$dir/logits.$model.fa-$fa.jsonl";
+    my ($set, $model, $fa, $variant) = @_;
+    $variant //= do { require Lugh; Lugh::cpu_features()->{variant} };
+    my $file = File::Spec->catfile(reference_dir(), $variant, "$set.$model.fa-$fa.jsonl");
     return -f $file ? @{ read_jsonl($file) } : ();
+}
+
+# The kernel variants that have reference outputs (t/data/reference/*/BUILD).
+sub reference_variants {
+    my $dir = reference_dir();
+    opendir my $dh, $dir or return ();
+    return sort grep { -f File::Spec->catfile($dir, $_, 'BUILD') } readdir $dh;
+}
+
+# llama.cpp's own spread between kernel variants: the largest top-20 logit
+# difference between its x86_64-avx512 and x86_64-avx2 outputs over every
+# parity and long-context case of the three test models (measured: see
+# CROSS_VARIANT_MEASURED), with room for a variant not measured.
+our $CROSS_VARIANT_BOUND = 1.5;
+
+# Compares this build against llama.cpp's outputs for the prompt set $set
+# ('parity' or 'long-context'), every test model, flash attention on and off:
+# - strictly where t/data/reference has the set of this build's kernel
+#   variant (top-20 logits within $strict_tolerance, the greedy continuation
+#   identical, prompt ids identical);
+# - else against every variant there is, with what holds across kernel
+#   variants (prompt ids identical, top-20 logits within
+#   $CROSS_VARIANT_BOUND, the first greedy token one llama.cpp ranks within
+#   that bound of its best).
+# $LUGH_PARITY_VARIANT=NAME compares against that variant's set (strictly
+# only if it is this build's). Options: set, tolerance, greedy (tokens of the
+# greedy continuations), each (a sub run with ($name, $fa, $case, $label)
+# before each case, for extra checks). Returns the number of cases checked.
+sub run_parity_set {
+    my (%o) = @_;
+    require Lugh;
+    require Test::More;
+    my $own = Lugh::cpu_features()->{variant};
+    my @available = reference_variants();
+    my @against = $ENV{LUGH_PARITY_VARIANT} ? ($ENV{LUGH_PARITY_VARIANT})
+        : (grep { $_ eq $own } @available) ? ($own) : @available;
+    die "no reference outputs in " . reference_dir() . "\n" unless @against;
+    for my $variant (@against) {
+        my $strict = $variant eq $own;
+        Test::More::diag($strict
+            ? "$o{set}: strict comparison with llama.cpp built for this build's kernel variant ($own)"
+            : "$o{set}: no reference for this build's kernel variant ($own); cross-variant comparison with"
+                . " llama.cpp's $variant outputs (logits within $CROSS_VARIANT_BOUND, same first token"
+                . " up to near-ties)");
+    }
+    my $checked = 0;
+    for_each_test_model(sub {
+        my ($name, $model) = @_;
+        my $tokenizer = Lugh::Tokenizer->new(model => $model);
+        for my $fa (qw(on off)) {
+            my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
+                flash_attn => $fa eq 'on' ? 1 : 0);
+            for my $variant (@against) {
+                my @cases = reference_cases($o{set}, $name, $fa, $variant)
+                    or die "no $o{set} reference for $name fa-$fa in $variant\n";
+                my $worst = 0;
+                for my $case (@cases) {
+                    (my $short = substr($case->{prompt}, 0, 24)) =~ s/\n/\\n/g;
+                    my $label = "$name fa-$fa '$short' vs $variant";
+                    $o{each}->($name, $fa, $case, $label) if $o{each};
+                    my $diff = $variant eq $own
+                        ? check_reference_case($inference, $tokenizer, $case, $label, $o{tolerance}, $o{greedy})
+                        : check_cross_variant_case($inference, $tokenizer, $case, $label);
+                    $worst = $diff if $diff > $worst;
+                    $checked++;
+                }
+                Test::More::diag(sprintf "%s fa-%s vs %s: %d cases, worst top-20 logit difference %.5f",
+                    $name, $fa, $variant, scalar @cases, $worst);
+            }
+        }
+    });
+    return $checked;
+}
+
+# One case against llama.cpp built for another kernel variant: what holds
+# across variants. Returns the largest top-20 logit difference.
+sub check_cross_variant_case {
+    my ($inference, $tokenizer, $case, $label) = @_;
+    my @tokens = @{ $case->{tokens} };
+    Test::More::is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
+    my @logits = $inference->forward(\@tokens);
+    my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
+    Test::More::cmp_ok($diff, '<=', $CROSS_VARIANT_BOUND,
+        "$label: top-20 logits within $CROSS_VARIANT_BOUND (max diff " . sprintf('%.4f', $diff) . ')');
+    my %reference = map { $_->[0] => $_->[1] } @{ $case->{top} };
+    my $best = argmax(\@logits);
+    my $ok = exists $reference{$best} && $reference{$best} >= $case->{top}[0][1] - $CROSS_VARIANT_BOUND;
+    Test::More::ok($ok, "$label: our first greedy token ($best) is llama.cpp's or within"
+            . " $CROSS_VARIANT_BOUND of it (llama.cpp's: $case->{top}[0][0])");
+    return $diff;
 }
 
 # Runs $body->($name, $model) for each of the three test models, or skips

@@ -11,11 +11,15 @@ fn model_dir() -> PathBuf {
     }
 }
 
+/// llama.cpp's outputs for this build's CPU kernel variant
+/// (t/data/reference/VARIANT, or $LUGH_REFERENCE_DIR/VARIANT): only those
+/// are equal to the last digits; t/50_parity.t also compares across variants.
 fn reference_dir() -> PathBuf {
-    match std::env::var("LUGH_REFERENCE_DIR") {
+    let root = match std::env::var("LUGH_REFERENCE_DIR") {
         Ok(d) => PathBuf::from(d),
-        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/llamacpp-b11434"),
-    }
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("t/data/reference"),
+    };
+    root.join(crate::engine::cpu::variant())
 }
 
 const MODELS: &[&str] = &["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"];
@@ -76,7 +80,7 @@ fn numbers_after(line: &str, key: &str) -> Vec<f64> {
 }
 
 fn read_cases(model: &str, fa: &str) -> Vec<Case> {
-    let path = reference_dir().join(format!("logits.{model}.fa-{fa}.jsonl"));
+    let path = reference_dir().join(format!("parity.{model}.fa-{fa}.jsonl"));
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!("skipped: {} is absent", path.display());
         return Vec::new();

@@ -2,6 +2,7 @@
 pub mod arch;
 pub mod backend;
 pub mod compute;
+pub mod cpu;
 pub mod error;
 pub mod generate;
 pub mod ggml_ops;

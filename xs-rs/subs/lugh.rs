@@ -1,5 +1,5 @@
 //! XS subs of the package Lugh: backends and versions.
-use crate::engine::{backend, sampler, Error};
+use crate::engine::{backend, cpu, sampler, Error};
 use crate::glue::Ret;
 use crate::xs_subs;
 
@@ -45,6 +45,19 @@ xs_subs! { "Lugh";
             perl.str("is_gpu"), perl.int(b.is_gpu as i64),
             perl.str("device_count"), perl.int(b.device_count as i64),
             perl.str("description"), perl.str(&b.description),
+        ]))
+    }
+
+    fn _cpu_features(args) {
+        args.expect(0, 0, c"");
+        let perl = args.perl();
+        let names = |list: Vec<&str>| perl.array_ref(&list.into_iter().map(|f| perl.str(f)).collect::<Vec<_>>());
+        Ok(Ret::List(vec![
+            perl.str("variant"), perl.str(cpu::variant()),
+            perl.str("build"), perl.str(cpu::build_kind()),
+            perl.str("arch"), perl.str(std::env::consts::ARCH),
+            perl.str("features"), names(cpu::compiled_features()),
+            perl.str("missing"), names(cpu::missing_features()),
         ]))
     }
 
