@@ -19,6 +19,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LUGH_GGML_DIR");
     println!("cargo:rerun-if-env-changed=LUGH_CPU_PORTABLE");
     println!("cargo:rerun-if-env-changed=LUGH_CPU_AMX");
+    println!("cargo:rerun-if-env-changed=LUGH_CPU_MARCH");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let ggml = ggml_source_dir();
     build_ggml(&ggml, &out);
@@ -167,7 +168,7 @@ fn build_ggml(g: &Path, out: &Path) {
 /// The compiler switches that choose ggml's CPU kernels.
 struct CpuKernels {
     defines: Vec<&'static str>,
-    flags: Vec<&'static str>,
+    flags: Vec<String>,
 }
 
 fn cpu_kernels(arch: &str) -> CpuKernels {
@@ -179,9 +180,9 @@ fn cpu_kernels(arch: &str) -> CpuKernels {
         // reference outputs are those of the AVX-512 kernels. LUGH_CPU_AMX=1
         // keeps AMX.
         "x86_64" if !env_flag("LUGH_CPU_PORTABLE") => {
-            let mut flags = vec!["-march=native"];
+            let mut flags = vec![march()];
             if !env_flag("LUGH_CPU_AMX") {
-                flags.extend(["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]);
+                flags.extend(["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"].map(String::from));
             }
             CpuKernels { defines: vec![], flags }
         }
@@ -189,12 +190,32 @@ fn cpu_kernels(arch: &str) -> CpuKernels {
         // with AVX2): the flags its CMake sets for that variant.
         "x86_64" => CpuKernels {
             defines: vec!["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"],
-            flags: vec!["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"],
+            flags: ["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"].map(String::from).to_vec(),
         },
         // armv8.2-a with dotprod and fp16 is what ggml's CMake picks for a
         // generic aarch64 Linux build.
-        "aarch64" => CpuKernels { defines: vec![], flags: vec!["-march=armv8.2-a+dotprod+fp16"] },
+        "aarch64" if env::var("LUGH_CPU_MARCH").is_ok() => CpuKernels { defines: vec![], flags: vec![march()] },
+        "aarch64" => CpuKernels { defines: vec![], flags: vec!["-march=armv8.2-a+dotprod+fp16".into()] },
         _ => CpuKernels { defines: vec![], flags: vec![] },
+    }
+}
+
+/// `-march=native`, or `-march=$LUGH_CPU_MARCH` to build for another
+/// processor than this one (`znver3`, `haswell`, `armv8.6-a+sve` ...).
+fn march() -> String {
+    match env::var("LUGH_CPU_MARCH") {
+        Ok(name) if !name.is_empty() => format!("-march={name}"),
+        _ => "-march=native".into(),
+    }
+}
+
+/// What LUGH_CPU_FEATURES' build names: `native`, `portable`, or the
+/// LUGH_CPU_MARCH processor.
+fn build_kind(arch: &str) -> String {
+    match env::var("LUGH_CPU_MARCH") {
+        Ok(name) if !name.is_empty() && matches!(arch, "x86_64" | "aarch64") && !env_flag("LUGH_CPU_PORTABLE") => name,
+        _ if arch == "x86_64" && !env_flag("LUGH_CPU_PORTABLE") => "native".into(),
+        _ => "portable".into(),
     }
 }
 
@@ -208,7 +229,7 @@ fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
     const MACROS: &[&str] = &[
         "__SSE3__", "__SSSE3__", "__SSE4_1__", "__SSE4_2__", "__AVX__", "__AVX2__", "__FMA__", "__F16C__",
         "__BMI2__", "__AVXVNNI__", "__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__",
-        "__AVX512VNNI__", "__AVX512BF16__", "__AVX512VBMI__", "__AMX_TILE__", "__AMX_INT8__", "__AMX_BF16__",
+        "__AVX512VNNI__", "__AVX512BF16__", "__AVX512VBMI__", "__AVX512FP16__", "__AMX_TILE__", "__AMX_INT8__", "__AMX_BF16__",
         "__ARM_NEON", "__ARM_FEATURE_FMA", "__ARM_FEATURE_DOTPROD", "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC",
         "__ARM_FEATURE_MATMUL_INT8", "__ARM_FEATURE_SVE", "__ARM_FEATURE_SME",
     ];
@@ -227,6 +248,9 @@ fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
         .collect();
     let variant = match arch {
         "x86_64" if has("__AMX_INT8__") => "x86_64-amx",
+        // Native f16 arithmetic (Sapphire Rapids on): ggml's f16 vector ops,
+        // flash attention's among them, round differently.
+        "x86_64" if has("__AVX512FP16__") => "x86_64-avx512fp16",
         "x86_64" if has("__AVX512F__") => "x86_64-avx512",
         "x86_64" if has("__AVX2__") && has("__FMA__") => "x86_64-avx2",
         "x86_64" if has("__AVX__") => "x86_64-avx",
@@ -237,10 +261,7 @@ fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
     };
     println!("cargo:rustc-env=LUGH_CPU_FEATURES={}", features.join(" "));
     println!("cargo:rustc-env=LUGH_CPU_VARIANT={variant}");
-    println!(
-        "cargo:rustc-env=LUGH_CPU_BUILD={}",
-        if arch == "x86_64" && !env_flag("LUGH_CPU_PORTABLE") { "native" } else { "portable" }
-    );
+    println!("cargo:rustc-env=LUGH_CPU_BUILD={}", build_kind(arch));
 }
 
 /// Whether the environment variable is set to something other than "" or "0".

@@ -152,7 +152,10 @@ What ggml's CPU kernels were compiled for, as a hash reference:
 =item variant
 
 The kernel variant: C<x86_64-avx512>, C<x86_64-avx2>, C<x86_64-avx>,
-C<x86_64-sse>, C<aarch64-neon>, C<aarch64-sve>, or the architecture's name.
+C<x86_64-sse>, C<x86_64-avx512fp16> (AVX-512 with native f16 arithmetic, as
+on Intel Xeon from Sapphire Rapids on), C<x86_64-amx> (built with
+C<LUGH_CPU_AMX=1>), C<aarch64-neon>, C<aarch64-sve>, or the architecture's
+name.
 It names what fixes the order and rounding of floating-point sums (the
 vector width and fused multiply-add), so two builds of one variant compute
 the same logits to the last digit, and builds of two variants differ by a
@@ -161,8 +164,10 @@ against llama.cpp's outputs for the same variant.
 
 =item build
 
-C<native> (C<-march=native>, the default on x86-64) or C<portable>
-(C<LUGH_CPU_PORTABLE=1>, or an architecture without a native build).
+C<native> (C<-march=native>, the default on x86-64), C<portable>
+(C<LUGH_CPU_PORTABLE=1>, or an architecture without a native build), or the
+processor named by C<LUGH_CPU_MARCH> when Lugh was built (C<znver3>,
+C<haswell> ...: C<-march=> for a machine other than the one that builds).
 
 =item arch
 

@@ -9,7 +9,8 @@ pub fn variant() -> &'static str {
     env!("LUGH_CPU_VARIANT")
 }
 
-/// `native` (compiled for the machine that built it) or `portable`.
+/// `native` (compiled for the machine that built it), `portable`, or the
+/// processor named by LUGH_CPU_MARCH at build time.
 pub fn build_kind() -> &'static str {
     env!("LUGH_CPU_BUILD")
 }
@@ -59,6 +60,7 @@ fn supported(feature: &str) -> Option<bool> {
         "AVX512VBMI" => has!("avx512f") && bit(leaf7(0).ecx, 1),
         "AVX512VNNI" => has!("avx512f") && bit(leaf7(0).ecx, 11),
         "AVX512BF16" => has!("avx512f") && bit(leaf7(1).eax, 5),
+        "AVX512FP16" => has!("avx512f") && bit(leaf7(0).edx, 23),
         "AVXVNNI" => has!("avx2") && bit(leaf7(1).eax, 4),
         _ => return None,
     })
@@ -81,7 +83,7 @@ mod tests {
             "x86_64-avx2" => assert!(features.contains(&"AVX2") && features.contains(&"FMA")),
             _ => {}
         }
-        assert!(["native", "portable"].contains(&build_kind()));
+        assert!(!build_kind().is_empty());
     }
 
     #[test]
