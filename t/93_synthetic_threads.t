@@ -60,9 +60,9 @@ for my $round (1, 2) {
     if (!$pid) {
         alarm 60;
         my @child = $two->forward(\@prompt);
-        my @gen = $two->generate(\@prompt, max_tokens => 4, greedy => 1, eos_token => $two->n_vocab - 1);
+        my @gen = $two->generate(\@prompt, max_tokens => 2, greedy => 1, eos_token => $two->n_vocab - 1);
         require POSIX;
-        POSIX::_exit(same(\@child, \@logits) && "@gen" eq "@ids" ? 0 : 1);
+        POSIX::_exit(same(\@child, \@logits) && "@gen" eq "@ids[0, 1]" ? 0 : 1);
     }
     waitpid $pid, 0;
     is($?, 0, "round $round: a forked child runs the parent's session and gets the same tokens");
