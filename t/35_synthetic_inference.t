@@ -8,7 +8,7 @@ use strict;
 use warnings;
 use Test::More;
 use File::Temp qw(tempdir);
-use List::Util qw(max min first);
+use List::Util qw(max min);
 use lib 't/lib';
 use LughTest::TinyModel qw(tiny_model tiny_config);
 use Lugh;
