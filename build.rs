@@ -227,11 +227,34 @@ fn build_kind(arch: &str) -> String {
 /// Exported to the crate as LUGH_CPU_FEATURES and LUGH_CPU_VARIANT.
 fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
     const MACROS: &[&str] = &[
-        "__SSE3__", "__SSSE3__", "__SSE4_1__", "__SSE4_2__", "__AVX__", "__AVX2__", "__FMA__", "__F16C__",
-        "__BMI2__", "__AVXVNNI__", "__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__",
-        "__AVX512VNNI__", "__AVX512BF16__", "__AVX512VBMI__", "__AVX512FP16__", "__AMX_TILE__", "__AMX_INT8__", "__AMX_BF16__",
-        "__ARM_NEON", "__ARM_FEATURE_FMA", "__ARM_FEATURE_DOTPROD", "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC",
-        "__ARM_FEATURE_MATMUL_INT8", "__ARM_FEATURE_SVE", "__ARM_FEATURE_SME",
+        "__SSE3__",
+        "__SSSE3__",
+        "__SSE4_1__",
+        "__SSE4_2__",
+        "__AVX__",
+        "__AVX2__",
+        "__FMA__",
+        "__F16C__",
+        "__BMI2__",
+        "__AVXVNNI__",
+        "__AVX512F__",
+        "__AVX512BW__",
+        "__AVX512DQ__",
+        "__AVX512VL__",
+        "__AVX512VNNI__",
+        "__AVX512BF16__",
+        "__AVX512VBMI__",
+        "__AVX512FP16__",
+        "__AMX_TILE__",
+        "__AMX_INT8__",
+        "__AMX_BF16__",
+        "__ARM_NEON",
+        "__ARM_FEATURE_FMA",
+        "__ARM_FEATURE_DOTPROD",
+        "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC",
+        "__ARM_FEATURE_MATMUL_INT8",
+        "__ARM_FEATURE_SVE",
+        "__ARM_FEATURE_SME",
     ];
     let compiler = cc::Build::new().get_compiler();
     let mut probe = compiler.to_command();
@@ -241,10 +264,12 @@ fn report_cpu_features(cpu: &CpuKernels, arch: &str) {
     let features: Vec<String> = MACROS
         .iter()
         .filter(|m| has(m))
-        .map(|m| m.trim_matches('_').trim_start_matches("ARM_FEATURE_").trim_start_matches("ARM_").replace(
-            "FP16_VECTOR_ARITHMETIC",
-            "FP16",
-        ))
+        .map(|m| {
+            m.trim_matches('_')
+                .trim_start_matches("ARM_FEATURE_")
+                .trim_start_matches("ARM_")
+                .replace("FP16_VECTOR_ARITHMETIC", "FP16")
+        })
         .collect();
     let variant = match arch {
         "x86_64" if has("__AMX_INT8__") => "x86_64-amx",

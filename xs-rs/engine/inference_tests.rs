@@ -176,14 +176,7 @@ fn parity_qwen2_fa_on() {
 fn parity_qwen2_fa_off() {
     parity(MODELS[1], false);
 }
-/// Ignored until the reference file is regenerated: llama.cpp's ref-json on
-/// the reference machine (AVX-512, AMX refused as in Lugh's build) gives the
-/// same logits as Lugh (max diff 1e-5, greedy 8/8, checked with
-/// LUGH_REFERENCE_DIR pointing at its output) but differs from
-/// logits.gemma3-270m-q4_k_m.fa-on.jsonl by up to 1.26, so that file was made
-/// under other conditions. The fa-off file and the other models match.
 #[test]
-#[ignore = "the shared gemma3 fa-on reference is not reproducible by llama.cpp itself; see the note"]
 fn parity_gemma3_fa_on() {
     parity(MODELS[2], true);
 }
