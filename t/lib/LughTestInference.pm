@@ -92,9 +92,10 @@ sub run_parity_set {
         my $strict = $variant eq $own;
         Test::More::diag($strict
             ? "$o{set}: strict comparison with llama.cpp built for this build's kernel variant ($own)"
-            : "$o{set}: no reference for this build's kernel variant ($own); cross-variant comparison with"
-                . " llama.cpp's $variant outputs (logits within $CROSS_VARIANT_BOUND, same first token"
-                . " up to near-ties)");
+            : ($ENV{LUGH_PARITY_VARIANT} ? "$o{set}: LUGH_PARITY_VARIANT asks for another variant than this build's"
+                    . " ($own)" : "$o{set}: no reference for this build's kernel variant ($own)")
+                . "; cross-variant comparison with llama.cpp's $variant outputs (logits within"
+                . " $CROSS_VARIANT_BOUND, same first token up to near-ties)");
     }
     my $checked = 0;
     for_each_test_model(sub {
