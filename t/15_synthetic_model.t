@@ -6,7 +6,7 @@ use warnings;
 use Test::More;
 use File::Temp qw(tempdir);
 use lib 't/lib';
-use LughTest::TinyModel qw(tiny_model tiny_config tiny_vocab);
+use LughTest::TinyModel qw(tiny_model tiny_config tiny_vocab @TINY_VARIANTS);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
@@ -15,13 +15,7 @@ my $dir = tempdir(CLEANUP => 1);
 my %BYTES = (0 => 4, 1 => 2, 8 => 34 / 32);
 my %TYPE_NAME = (0 => 'f32', 1 => 'f16', 8 => 'q8_0');
 
-my @variants = (
-    { arch => 'llama' },
-    { arch => 'llama', tokenizer => 'spm', types => 'f16' },
-    { arch => 'llama', types => 'q8_0', tied => 1 },
-    { arch => 'qwen2', types => 'f32' },
-    { arch => 'gemma3' },
-);
+my @variants = @TINY_VARIANTS;
 
 for my $opt (@variants) {
     my $c = tiny_config(%$opt);

@@ -10,33 +10,15 @@ use Test::More;
 use File::Temp qw(tempdir);
 use List::Util qw(max min);
 use lib 't/lib';
-use LughTest::TinyModel qw(tiny_model tiny_config);
+use LughTest::TinyModel qw(tiny_model tiny_config @TINY_VARIANTS);
+use LughTestInference qw(argmax max_abs_diff check_rollback_and_clear);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
 
-sub argmax {
-    my ($v) = @_;
-    my $best = 0;
-    $v->[$_] > $v->[$best] and $best = $_ for 1 .. $#$v;
-    return $best;
-}
-
-sub max_abs_diff {
-    my ($a, $b) = @_;
-    die 'lengths differ: ' . @$a . ' vs ' . @$b unless @$a == @$b;
-    return max(map { abs($a->[$_] - $b->[$_]) } 0 .. $#$a);
-}
-
 sub all_finite { return !grep { $_ != $_ || abs($_) == 9**9**9 } @{ $_[0] } }
 
-my @variants = (
-    { arch => 'llama' },
-    { arch => 'llama', tokenizer => 'spm', types => 'f16' },
-    { arch => 'llama', types => 'q8_0', tied => 1 },
-    { arch => 'qwen2', types => 'f32' },
-    { arch => 'gemma3' },
-);
+my @variants = @TINY_VARIANTS;
 
 # 20 tokens: longer than gemma3's sliding window of 8.
 my @tokens = map { 3 + ord } split //, 'Once upon a time, th';
@@ -151,20 +133,7 @@ subtest 'KV cache: spellings, resize, clear' => sub {
     my @six = $inference->forward([ @tokens[ 0 .. 5 ] ]);
     cmp_ok(max_abs_diff($rows->[-1], \@six), '<=', 0.02, 'same logits as the whole sequence');
 
-    $c->resize(4);
-    is($c->n_cached, 4, 'resize(4)');
-    my @rolled = $inference->forward_cache($c, [99]);
-    my @fresh = $inference->forward([ @tokens[ 0 .. 3 ], 99 ]);
-    cmp_ok(max_abs_diff(\@rolled, \@fresh), '<=', 0.02, 'continuing after a rollback forgets what was dropped');
-    eval { $c->resize(99) };
-    like($@, qr/^Lugh::KVCache::resize: .* at \S+ line \d+\.$/, 'resize beyond n_cached croaks');
-    is($c->n_cached, 5, '... and changes nothing');
-    eval { $c->resize(-1) };
-    like($@, qr/must be >= 0/, 'negative size croaks');
-    $c->clear;
-    is($c->n_cached, 0, 'clear');
-    my @again = $inference->forward_cache($c, [ @tokens[ 0 .. 3 ], 99 ]);
-    cmp_ok(max_abs_diff(\@again, \@fresh), '<=', 0.02, 'a cleared cache starts over');
+    check_rollback_and_clear($inference, $c, \@tokens, 99);
 
     my $v = $inference->create_kv_cache;
     $inference->forward(cache => $v, tokens => [ @tokens[ 0 .. 2 ] ]);

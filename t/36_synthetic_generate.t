@@ -9,6 +9,7 @@ use File::Temp qw(tempdir);
 use List::Util qw(max);
 use lib 't/lib';
 use LughTest::TinyModel qw(tiny_model);
+use LughTestInference qw(argmax);
 use Lugh;
 
 binmode Test::More->builder->$_, ':encoding(UTF-8)' for qw(output failure_output todo_output);
@@ -19,13 +20,6 @@ my $tok = Lugh::Tokenizer->new(model => $model);
 my $inference = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 128);
 my $n_vocab = $inference->n_vocab;
 my @prompt = $tok->encode('Once upon a time, the cat');
-
-sub argmax {
-    my ($v) = @_;
-    my $best = 0;
-    $v->[$_] > $v->[$best] and $best = $_ for 1 .. $#$v;
-    return $best;
-}
 
 subtest 'sample: greedy and the filters' => sub {
     my @flat = (0.5, 2.0, 1.0, 2.0, -1.0);

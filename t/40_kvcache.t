@@ -2,7 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTestInference qw(smollm2 argmax max_abs_diff);
+use LughTestInference qw(smollm2 argmax max_abs_diff check_rollback_and_clear);
 
 my ($model, $inference) = smollm2();
 my @tokens = (6403, 1980, 253, 655, 28, 260, 2240, 282);    # "Once upon a time, the city of"
@@ -41,20 +41,7 @@ subtest 'all spellings append to the cache' => sub {
 subtest 'resize rolls back, clear empties' => sub {
     my $c = $inference->create_kv_cache;
     $inference->forward_cache($c, \@tokens);
-    $c->resize(4);
-    is($c->n_cached, 4, 'resize(4)');
-    my @rolled = $inference->forward_cache($c, [ 9999 ]);
-    my @fresh = $inference->forward([ @tokens[ 0 .. 3 ], 9999 ]);
-    cmp_ok(max_abs_diff(\@rolled, \@fresh), '<=', 0.02, 'continuing after a rollback forgets what was dropped');
-    eval { $c->resize(99) };
-    like($@, qr/^Lugh::KVCache::resize: .* at \S+ line \d+\.$/, 'resize beyond n_cached croaks');
-    is($c->n_cached, 5, '... and changes nothing');
-    eval { $c->resize(-1) };
-    like($@, qr/must be >= 0/, 'negative size croaks');
-    $c->clear;
-    is($c->n_cached, 0, 'clear');
-    my @again = $inference->forward_cache($c, [ @tokens[ 0 .. 3 ], 9999 ]);
-    cmp_ok(max_abs_diff(\@again, \@fresh), '<=', 0.02, 'a cleared cache starts over');
+    check_rollback_and_clear($inference, $c, \@tokens, 9999);
 };
 
 subtest 'overflowing n_ctx croaks before computing' => sub {

@@ -11,7 +11,7 @@ use File::Spec;
 use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
 our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases reference_variants check_reference_case
-    check_cross_variant_case run_parity_set for_each_test_model);
+    check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -142,6 +142,29 @@ sub check_cross_variant_case {
     Test::More::ok($ok, "$label: our first greedy token ($best) is llama.cpp's or within"
             . " $CROSS_VARIANT_BOUND of it (llama.cpp's: $case->{top}[0][0])");
     return $diff;
+}
+
+# A cache holding more than 4 of @$tokens: resize(4) rolls back (continuing
+# with $token equals a fresh forward of the first 4 tokens and $token), a
+# resize past n_cached or below 0 croaks and changes nothing, clear empties.
+sub check_rollback_and_clear {
+    my ($inference, $cache, $tokens, $token) = @_;
+    require Test::More;
+    $cache->resize(4);
+    Test::More::is($cache->n_cached, 4, 'resize(4)');
+    my @rolled = $inference->forward_cache($cache, [$token]);
+    my @fresh = $inference->forward([ @$tokens[ 0 .. 3 ], $token ]);
+    Test::More::cmp_ok(max_abs_diff(\@rolled, \@fresh), '<=', 0.02,
+        'continuing after a rollback forgets what was dropped');
+    eval { $cache->resize(99) };
+    Test::More::like($@, qr/^Lugh::KVCache::resize: .* at \S+ line \d+\.$/, 'resize beyond n_cached croaks');
+    Test::More::is($cache->n_cached, 5, '... and changes nothing');
+    eval { $cache->resize(-1) };
+    Test::More::like($@, qr/must be >= 0/, 'negative size croaks');
+    $cache->clear;
+    Test::More::is($cache->n_cached, 0, 'clear');
+    my @again = $inference->forward_cache($cache, [ @$tokens[ 0 .. 3 ], $token ]);
+    Test::More::cmp_ok(max_abs_diff(\@again, \@fresh), '<=', 0.02, 'a cleared cache starts over');
 }
 
 # Runs $body->($name, $model) for each of the three test models, or skips

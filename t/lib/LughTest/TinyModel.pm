@@ -18,7 +18,17 @@ use Exporter 'import';
 use LughTest::GGUF qw(gguf_bytes);
 
 our @EXPORT_OK = qw(tiny_model write_tiny_model tiny_model_bytes tiny_vocab tiny_config
-    bpe_byte_char f16_bits q8_0_bytes @TINY_WORDS);
+    bpe_byte_char f16_bits q8_0_bytes @TINY_WORDS @TINY_VARIANTS);
+
+# The option sets the model and inference tests run over: each architecture,
+# both tokenizers, the three weight types and tied embeddings.
+our @TINY_VARIANTS = (
+    { arch => 'llama' },
+    { arch => 'llama', tokenizer => 'spm', types => 'f16' },
+    { arch => 'llama', types => 'q8_0', tied => 1 },
+    { arch => 'qwen2', types => 'f32' },
+    { arch => 'gemma3' },
+);
 
 # The words that the vocabularies hold as whole tokens: BPE as Ġword (and
 # the capitalised ones without, as at the start of a text), SentencePiece as
