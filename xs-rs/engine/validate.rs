@@ -238,7 +238,14 @@ mod tests {
     fn heads_must_divide() {
         refused("llama", |h| h.n_head_kv = 3, &["attention.head_count_kv", "3 KV heads must divide 4"]);
         refused("llama", |h| h.n_head_kv = 8, &["attention.head_count_kv"]);
-        refused("llama", |h| h.n_head = 3, &["attention.head_count", "n_embd 64"]);
+        refused(
+            "llama",
+            |h| {
+                h.n_head = 3;
+                h.n_head_kv = 1;
+            },
+            &["llama.attention.head_count:", "3 heads must divide n_embd 64"],
+        );
     }
 
     #[test]
