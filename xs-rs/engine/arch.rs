@@ -167,7 +167,8 @@ impl HParams {
         let head_dim_k = int("attention.key_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
         let head_dim_v = int("attention.value_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
         let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
-        if head_dim_k == 0 || head_dim_v == 0 || n_rot == 0 || n_rot > head_dim_k {
+        // n_rot's range is validate.rs's (it names the rule)
+        if head_dim_k == 0 || head_dim_v == 0 {
             return Err(missing("attention.key_length"));
         }
         let norm_eps = model.norm_eps().ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))? as f32;

@@ -13,14 +13,34 @@ pub struct BackendInfo {
     pub description: String,
 }
 
-/// Installs ggml's log hook once: silent unless LUGH_DEBUG is set.
+/// Installs ggml's log hook once (silent unless LUGH_DEBUG is set), and its
+/// abort hook: a last-resort ggml abort prints one line naming ggml's check
+/// instead of forking gdb to attach to the perl process. GGML_NO_BACKTRACE
+/// is set (unless the environment has it) for the same reason on ggml's
+/// other path there, an uncaught C++ exception.
 pub fn init_logging() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let debug = std::env::var("LUGH_DEBUG").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
-        // SAFETY: both callbacks are valid for the life of the process.
-        unsafe { sys::ggml_log_set(Some(if debug { log_to_stderr } else { log_discard }), std::ptr::null_mut()) }
+        if std::env::var_os("GGML_NO_BACKTRACE").is_none() {
+            std::env::set_var("GGML_NO_BACKTRACE", "1");
+        }
+        // SAFETY: the callbacks are valid for the life of the process.
+        unsafe {
+            sys::ggml_log_set(Some(if debug { log_to_stderr } else { log_discard }), std::ptr::null_mut());
+            sys::ggml_set_abort_callback(Some(abort_message));
+        }
     });
+}
+
+/// ggml calls abort() after this returns.
+unsafe extern "C" fn abort_message(message: *const std::ffi::c_char) {
+    use std::io::Write;
+    let text = format!(
+        "Lugh: ggml aborted the process: {} (a file or argument that Lugh should have refused; please report it)\n",
+        sys::c_str(message)
+    );
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 unsafe extern "C" fn log_discard(

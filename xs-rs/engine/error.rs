@@ -20,6 +20,9 @@ pub enum Error {
     Truncated { path: PathBuf, what: String },
     /// The file is internally inconsistent.
     Corrupt { path: PathBuf, what: String },
+    /// A well-formed file whose content the model cannot run with (a tensor
+    /// type the op does not accept, a hyperparameter out of range).
+    Invalid { path: PathBuf, what: String },
     /// A backend that is not compiled in or has no usable device.
     Backend(String),
     /// ggml refused or failed an operation.
@@ -60,6 +63,7 @@ impl fmt::Display for Error {
                 write!(f, "'{}' is truncated: the file ends inside {what}", path.display())
             }
             Error::Corrupt { path, what } => write!(f, "'{}' is corrupt: {what}", path.display()),
+            Error::Invalid { path, what } => write!(f, "'{}' is not a usable model: {what}", path.display()),
             Error::Backend(m) => write!(f, "{m}"),
             Error::Ggml(m) => write!(f, "ggml: {m}"),
             Error::NoVocabulary { path } => {

@@ -57,6 +57,17 @@ pub type ggml_backend_reg_t = *mut c_void;
 pub type ggml_backend_dev_t = *mut c_void;
 pub type ggml_backend_buffer_t = *mut c_void;
 pub type ggml_backend_buffer_type_t = *mut c_void;
+pub type ggml_abort_callback_t = unsafe extern "C" fn(message: *const c_char);
+
+/// `struct ggml_type_traits_cpu` (ggml-cpu.h, 0.26.0).
+#[repr(C)]
+pub struct ggml_type_traits_cpu {
+    pub from_float: *const c_void,
+    pub vec_dot: *const c_void,
+    pub vec_dot_type: c_int,
+    pub nrows: i64,
+}
+
 pub type ggml_log_callback = unsafe extern "C" fn(level: c_int, text: *const c_char, user_data: *mut c_void);
 
 pub const GGML_BACKEND_DEVICE_TYPE_CPU: c_int = 0;
@@ -70,6 +81,8 @@ extern "C" {
     pub fn ggml_blck_size(t: c_int) -> i64;
     pub fn ggml_type_size(t: c_int) -> usize;
     pub fn ggml_is_quantized(t: c_int) -> bool;
+    pub fn ggml_get_type_traits_cpu(t: c_int) -> *const ggml_type_traits_cpu;
+    pub fn ggml_set_abort_callback(cb: Option<ggml_abort_callback_t>) -> Option<ggml_abort_callback_t>;
 
     pub fn ggml_backend_reg_count() -> usize;
     pub fn ggml_backend_reg_get(i: usize) -> ggml_backend_reg_t;
@@ -121,4 +134,23 @@ pub fn type_traits(type_id: u32) -> Option<TypeTraits> {
     // SAFETY: names are static strings in ggml's trait table.
     let name = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
     Some(TypeTraits { name, block_size: block as u64, type_size: size as u64 })
+}
+
+/// Whether the CPU backend can multiply a matrix of this type by f32
+/// activations: it has a `vec_dot` kernel for the type and a `from_float`
+/// for the type the activations are converted to (Q8_1, Q8_K, I8..I64 and
+/// F64 have no such kernel; ggml would call through a null pointer).
+pub fn cpu_can_mul_mat(type_id: u32) -> bool {
+    if type_traits(type_id).is_none() {
+        return false;
+    }
+    // SAFETY: type_id is a known type below GGML_TYPE_COUNT, so the CPU
+    // backend's static trait table has an entry for it.
+    let traits = unsafe { &*ggml_get_type_traits_cpu(type_id as c_int) };
+    if traits.vec_dot.is_null() || traits.vec_dot_type < 0 || traits.vec_dot_type as u32 >= GGML_TYPE_COUNT {
+        return false;
+    }
+    // SAFETY: as above, for the (checked) vec_dot type.
+    let dot = unsafe { &*ggml_get_type_traits_cpu(traits.vec_dot_type) };
+    !dot.from_float.is_null()
 }

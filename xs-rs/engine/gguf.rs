@@ -304,10 +304,16 @@ impl Gguf {
     /// Reads and checks the header of the GGUF file at `path`.
     pub fn open(path: &Path) -> Result<Gguf> {
         let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+        let kind = std::fs::metadata(path).map_err(io_err)?.file_type();
+        if !kind.is_file() {
+            // a FIFO would block the open, a device never end
+            let what = if kind.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device)" };
+            return Err(Error::Io { path: path.to_path_buf(), reason: format!("it is {what}") });
+        }
         let file = File::open(path).map_err(io_err)?;
         let meta = file.metadata().map_err(io_err)?;
-        if meta.is_dir() {
-            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
+        if !meta.is_file() {
+            return Err(Error::Io { path: path.to_path_buf(), reason: "it is not a regular file".into() });
         }
         Self::parse(path, BufReader::with_capacity(1 << 20, file), meta.len())
     }

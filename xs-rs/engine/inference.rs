@@ -18,6 +18,11 @@ use std::sync::{Arc, Mutex};
 pub use super::compute::ComputePool;
 pub use super::kv_cache::KvCache;
 
+/// The most threads a session may use (ggml's GGML_MAX_N_THREADS).
+pub const MAX_THREADS: usize = 512;
+/// The most positions a session's context (and a batch) may hold.
+pub const MAX_CTX: usize = 1 << 24;
+
 /// Flash attention: `Auto` resolves as llama.cpp does (on for the CPU backend
 /// when the model's head sizes allow it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +110,8 @@ impl Inference {
         let arch_name = model.architecture().unwrap_or("(none: general.architecture is missing)").to_string();
         let spec = arch::spec_for(&arch_name)?;
         let hp = HParams::load(&model, spec)?;
+        super::validate::hparams(model.path(), spec, &hp)?;
+        super::validate::vocab_size(&model, &hp)?;
 
         let available = super::backend::available();
         let list = || available.iter().map(|b| b.name.clone()).collect::<Vec<_>>().join(", ");
@@ -119,19 +126,21 @@ impl Inference {
         let device = Device::by_backend_name(&backend_name)
             .ok_or_else(|| Error::Backend(format!("backend '{backend_name}' has no device (available: {})", list())))?;
 
+        let in_range = |what: &str, v: usize, max: usize| match v {
+            0 => Err(Error::Argument(format!("{what} must be an integer >= 1, got 0"))),
+            _ if v > max => Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}"))),
+            _ => Ok(v),
+        };
         let n_threads = match options.n_threads {
-            Some(0) => return Err(Error::Argument("n_threads must be at least 1".into())),
-            Some(n) => n,
-            None => physical_cores(),
+            Some(n) => in_range("n_threads", n, MAX_THREADS)?,
+            None => physical_cores().clamp(1, MAX_THREADS),
         };
         let n_ctx = match options.n_ctx {
-            Some(0) => return Err(Error::Argument("n_ctx must be at least 1".into())),
-            Some(n) => n,
+            Some(n) => in_range("n_ctx", n, MAX_CTX)?,
             None => hp.n_ctx_train.min(4096),
         };
         let n_batch = match options.n_batch {
-            Some(0) => return Err(Error::Argument("n_batch must be at least 1".into())),
-            Some(n) => n,
+            Some(n) => in_range("n_batch", n, MAX_CTX)?,
             None => 512,
         };
         let flash_attn = match options.flash_attn.unwrap_or(FlashAttn::Auto) {

@@ -16,6 +16,7 @@ pub mod model;
 pub mod sampler;
 pub mod session;
 pub mod tokenizer;
+pub mod validate;
 pub mod weights;
 
 pub use error::{Error, Result};

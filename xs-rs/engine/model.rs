@@ -30,14 +30,22 @@ impl Model {
     pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
         super::backend::init_logging();
         let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+        // Opening a FIFO blocks until a writer comes, and a device can be
+        // endless: only a regular file (through any symlinks) is read.
+        let kind = std::fs::metadata(path).map_err(io_err)?.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device)" };
+            return Err(Error::Io { path: path.to_path_buf(), reason: format!("it is {what}") });
+        }
         if !use_mmap {
             let gguf = Gguf::open(path)?;
             check_metadata(&gguf)?;
             return Ok(Model { gguf, mmap: None, vocab: OnceLock::new() });
         }
         let file = File::open(path).map_err(io_err)?;
-        if file.metadata().map_err(io_err)?.is_dir() {
-            return Err(Error::Io { path: path.to_path_buf(), reason: "it is a directory".into() });
+        if !file.metadata().map_err(io_err)?.is_file() {
+            // replaced between the two looks
+            return Err(Error::Io { path: path.to_path_buf(), reason: "it is not a regular file".into() });
         }
         // SAFETY: the mapping is read-only; like llama.cpp we assume the file
         // is not truncated by another process while the model is loaded.

@@ -9,6 +9,7 @@ use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
 use super::gguf::TensorInfo;
 use super::model::Model;
+use super::validate::{self, Role};
 use super::{Error, Result};
 use std::sync::Arc;
 
@@ -189,7 +190,16 @@ impl<'a> Loader<'a> {
                 ),
             });
         }
-        let buft = self.choose_buft(info, role.op(suffix));
+        let op = role.op(suffix);
+        let check_as = match op {
+            WeightOp::MulMat => Role::MatMul,
+            WeightOp::GetRows => Role::GetRows,
+            WeightOp::Elementwise if suffix == "bias" => Role::Bias,
+            WeightOp::Elementwise => Role::Norm,
+        };
+        let what = if role == file_kind { name.clone() } else { format!("{name} (used as {})", role.name(il, suffix)) };
+        validate::tensor_type(self.model.path(), &what, check_as, info.ggml_type, self.spec.name)?;
+        let buft = self.choose_buft(info, op)?;
         self.pending.push(Pending { info: info.clone(), buft, tensor: None });
         Ok(Some(self.pending.len() - 1))
     }
@@ -197,19 +207,20 @@ impl<'a> Loader<'a> {
     /// llama.cpp's `select_weight_buft`: the first candidate buffer type in
     /// which the device supports the weight's op (a matmul probed with a
     /// 512-row f32 batch).
-    fn choose_buft(&self, info: &TensorInfo, op: WeightOp) -> usize {
+    /// An error when no candidate, the device's own included, supports it.
+    fn choose_buft(&self, info: &TensorInfo, op: WeightOp) -> Result<usize> {
         let default = self.bufts.len() - 1;
         if op != WeightOp::MulMat {
-            return default;
+            return Ok(default);
         }
         let Some(ctx) = Ctx::new(3, 0) else {
-            return default;
+            return Ok(default);
         };
         let ne = info.ne();
         let w = ctx.new_tensor(info.ggml_type as i32, &ne);
         let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
         let Some(g) = super::ggml_ops::GraphCtx::new(4) else {
-            return default;
+            return Ok(default);
         };
         // one op, asked about with the weight placed in each candidate in turn
         let op = g.mul_mat(w, b);
@@ -219,10 +230,19 @@ impl<'a> Loader<'a> {
             };
             probe.mark_probe(w);
             if self.device.supports_op(op) {
-                return i;
+                return Ok(i);
             }
         }
-        default
+        Err(Error::Invalid {
+            path: self.model.path().clone(),
+            what: format!(
+                "the {} backend cannot multiply by tensor {} of type {} (architecture {})",
+                self.bufts[default].name(),
+                info.name,
+                sys::type_traits(info.ggml_type).map_or("unknown", |t| t.name),
+                self.spec.name
+            ),
+        })
     }
 
     fn tensor(&self, idx: usize) -> Tensor {

@@ -109,7 +109,15 @@ impl Perl {
         }
         // SAFETY: sv is live.
         match unsafe { ffi::lugh_sv_number_kind(self.0, sv) } {
-            1 if self.ref_kind(sv) == 0 => Ok(unsafe { ffi::lugh_sv_iv(self.0, sv) } as i64),
+            1 if self.ref_kind(sv) == 0 => {
+                // SAFETY: sv is live.
+                let v = unsafe { ffi::lugh_sv_iv(self.0, sv) } as i64;
+                if v < 0 && self.float_unchecked(sv) >= 0.0 {
+                    // an unsigned integer above i64::MAX, which SvIV wraps
+                    return Err(arg_error(what, format!("must be an integer below 2**63, got {}", self.text(sv))));
+                }
+                Ok(v)
+            }
             2 => {
                 let v = self.float_unchecked(sv);
                 if v.fract() == 0.0 && v.abs() < 9.0e18 {

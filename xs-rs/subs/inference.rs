@@ -2,7 +2,7 @@
 //! of forward live in Lugh/Inference.pm; these subs take typed positional
 //! arguments (undef = not given).
 use crate::engine::generate::GenerateOptions;
-use crate::engine::inference::{FlashAttn, InferenceOptions, Output};
+use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
 use crate::engine::session::{CacheHandle, PoolHandle, Session};
@@ -32,6 +32,18 @@ fn count_arg(perl: Perl, sv: Sv, what: &str, min: i64) -> Result<usize, Error> {
     let v = perl.int_arg(sv, what)?;
     if v < min {
         return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
+    }
+    Ok(v as usize)
+}
+
+/// An integer in `min..=max`, checked before any cast.
+fn ranged_arg(perl: Perl, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
+    let v = perl.int_arg(sv, what)?;
+    if v < min {
+        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
+    }
+    if v > max {
+        return Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}")));
     }
     Ok(v as usize)
 }
@@ -88,10 +100,10 @@ xs_subs! { "Lugh::Inference";
         })?;
         let options = InferenceOptions {
             backend: optional(perl, args.get(2), |sv| perl.string_arg(sv, "backend"))?,
-            n_threads: optional(perl, args.get(3), |sv| count_arg(perl, sv, "n_threads", 1))?,
-            n_ctx: optional(perl, args.get(4), |sv| count_arg(perl, sv, "n_ctx", 1))?,
+            n_threads: optional(perl, args.get(3), |sv| ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64))?,
+            n_ctx: optional(perl, args.get(4), |sv| ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64))?,
             flash_attn,
-            n_batch: optional(perl, args.get(6), |sv| count_arg(perl, sv, "n_batch", 1))?,
+            n_batch: optional(perl, args.get(6), |sv| ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64))?,
         };
         let session = Session::new(model, options)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(session))))
@@ -192,7 +204,7 @@ xs_subs! { "Lugh::Inference";
             .collect::<Result<Vec<_>, _>>()?;
         let callback = perl.code_arg(args.get(5), "callback")?;
         let options = GenerateOptions {
-            max_tokens: count_arg(perl, args.get(2), "max_tokens", 0)?,
+            max_tokens: ranged_arg(perl, args.get(2), "max_tokens", 0, i32::MAX as i64)?,
             sampler: sampler_options(args, 6)?,
             eos_token,
             stop,

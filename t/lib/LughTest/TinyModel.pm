@@ -8,6 +8,7 @@ package LughTest::TinyModel;
 #   my $path = tiny_model($dir);                          # llama, BPE, mixed types
 #   my $path = tiny_model($dir, arch => 'gemma3', tokenizer => 'spm');
 #   my $path = write_tiny_model("$dir/x.gguf", arch => 'qwen2', types => 'f32');
+#   write_tiny_model($path, edit => sub { my ($kv, $tensors) = @_; ... });
 #
 # The same options always give the same bytes (the generator below stays
 # within exact integers on any perl).
@@ -368,6 +369,9 @@ sub tiny_model_bytes {
             'gemma3.rope.freq_base_swa'       => [f32 => 10000];
     }
     push @kv, @{ $vocab->{kv} };
+    # edit => sub { my ($kv, $tensors) = @_; ... }: changes the lists in place
+    # before they are written (hand-made hostile variants of a good model).
+    $c->{edit}->(\@kv, \@tensors) if $c->{edit};
     return gguf_bytes(kv => \@kv, tensors => \@tensors, alignment => 32);
 }
 

@@ -99,6 +99,17 @@ fn attr_of_type(t: i64) -> u16 {
     }
 }
 
+/// The longest token text accepted, in bytes (the longest in the vocabularies
+/// of GPT-2, Llama 3 and Qwen 2 is 256: runs of spaces).
+const MAX_TOKEN_BYTES: usize = 1024;
+
+fn describe_value(v: &crate::engine::gguf::Value) -> String {
+    match v.as_i64() {
+        Some(i) => i.to_string(),
+        None => format!("a {}", v.value_type().name()),
+    }
+}
+
 fn corrupt(gguf: &Gguf, what: String) -> Error {
     Error::Corrupt { path: gguf.path.clone(), what }
 }
@@ -158,6 +169,15 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         }
     };
 
+    if let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
+        return Err(corrupt(
+            gguf,
+            format!(
+                "tokenizer.ggml.tokens: token {i} is {} bytes long (the limit is {MAX_TOKEN_BYTES}; real vocabularies stay under 300)",
+                t.len()
+            ),
+        ));
+    }
     let mut texts = Texts::default();
     let mut ids = id_map(n);
     for (i, token) in tokens.iter().enumerate() {
@@ -178,6 +198,23 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
     };
     let (mut fim_pre, mut fim_suf, mut fim_mid, mut fim_pad, mut fim_rep, mut fim_sep) =
         (None, None, None, None, None, None);
+    // A special id in the file is -1 (none; u32::MAX as some writers store
+    // it) or a token of the vocabulary: anything else is refused, so that
+    // no id the model could be fed or stop on lies outside it.
+    let file_id = |key: &str| -> Result<Option<i32>> {
+        let name = format!("tokenizer.ggml.{key}");
+        match gguf.get(&name) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(-1 | 0xFFFF_FFFF) => Ok(None),
+                Some(id) if (0..n as i64).contains(&id) => Ok(Some(id as i32)),
+                _ => Err(corrupt(
+                    gguf,
+                    format!("{name} is {}, not a token id in [0, {n}) or -1 (none)", describe_value(v)),
+                )),
+            },
+        }
+    };
     for (key, slot) in [
         ("bos_token_id", &mut sp.bos),
         ("eos_token_id", &mut sp.eos),
@@ -194,14 +231,14 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         ("fim_rep_token_id", &mut fim_rep),
         ("fim_sep_token_id", &mut fim_sep),
     ] {
-        if let Some(id) = gguf.get_i64(&format!("tokenizer.ggml.{key}")).and_then(in_range) {
+        if let Some(id) = file_id(key)? {
             *slot = Some(id);
         }
     }
     for (key, slot) in
         [("prefix_token_id", &mut fim_pre), ("suffix_token_id", &mut fim_suf), ("middle_token_id", &mut fim_mid)]
     {
-        if let Some(id) = gguf.get_i64(&format!("tokenizer.ggml.{key}")).and_then(in_range) {
+        if let Some(id) = file_id(key)? {
             *slot = Some(id);
         }
     }
