@@ -208,6 +208,9 @@ sub _int_value {
     return _pick($old + 1, $old - 1, $old * 2, int($old / 2), $old + 16, $old * 1000, -$old);
 }
 
+# The value as the file will hold it (pack wraps integers to the type's width).
+sub _stored { no warnings; my ($type, $x) = @_; return $PACK{$type} ? unpack($PACK{$type}, pack($PACK{$type}, $x)) : $x }
+
 sub _short { my ($s) = @_; $s = "$s"; return length $s > 40 ? substr($s, 0, 37) . '...' : $s }
 
 # One change to a key's value; returns the new [type ...] and a description.
@@ -249,6 +252,8 @@ sub _mutate_value {
                 $what = "a shared prefix of " . length($p) . " bytes from element $from";
             }
             else {
+                # long strings on a few elements only (thousands of them make a file of gigabytes: slow, not wrong)
+                splice @idx, 3 if ($m eq 'long' || $m eq 'huge') && @idx > 3;
                 for my $i (@idx) {
                     $items[$i] = $m eq 'empty' ? '' : $m eq 'long' ? 'y' x (1000 + int rand 50000) : $m eq 'huge' ? 'z' x 2_000_000
                         : $m eq 'dup' ? $items[ int rand $n ] : $m eq 'nul' ? "a\0b" : join '', map { chr int rand 256 } 1 .. 1 + int rand 8;
@@ -262,7 +267,7 @@ sub _mutate_value {
             $what = "$f at element(s) @idx[0 .. ($#idx < 4 ? $#idx : 4)]";
         }
         else {
-            my $x = _int_value($items[ $idx[0] ]);
+            my $x = _stored($et, _int_value($items[ $idx[0] ]));
             $items[$_] = $x for @idx;
             $what = "$x at element(s) @idx[0 .. ($#idx < 4 ? $#idx : 4)]";
         }
@@ -284,7 +289,7 @@ sub _mutate_value {
         return ([ $type => _float($f) ], "$f");
     }
     if ($type eq 'bool') { my $b = _pick(0, 1, 2, 255); return ([ bool => $b ], "bool $b") }
-    my $x = _int_value($val->[1]);
+    my $x = _stored($type, _int_value($val->[1]));
     return ([ $type => $x ], "$val->[1] -> $x");
 }
 
