@@ -7,6 +7,7 @@ use super::gguf::Array;
 use super::model::Model;
 use super::{Error, Result};
 use std::ffi::c_int;
+use std::path::Path;
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +93,11 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
     },
 ];
 
-/// The row for `name`, or an error naming it and the supported ones.
-pub fn spec_for(name: &str) -> Result<&'static ArchSpec> {
+/// The row for `name`, or an error naming the file (`path`), the
+/// architecture and the supported ones.
+pub fn spec_for(name: &str, path: &Path) -> Result<&'static ArchSpec> {
     ARCHITECTURES.iter().find(|a| a.name == name).ok_or_else(|| Error::UnsupportedArchitecture {
+        path: path.to_path_buf(),
         name: name.to_string(),
         supported: ARCHITECTURES.iter().map(|a| a.name).collect(),
     })
@@ -249,7 +252,7 @@ mod tests {
 
     #[test]
     fn unknown_architecture_is_named() {
-        let err = spec_for("mamba").unwrap_err().to_string();
+        let err = spec_for("mamba", Path::new("m.gguf")).unwrap_err().to_string();
         assert!(err.contains("mamba") && err.contains("llama") && err.contains("gemma3"), "{err}");
     }
 }

@@ -30,11 +30,11 @@ pub enum Error {
     /// The model file has no tokenizer vocabulary.
     NoVocabulary { path: PathBuf },
     /// A tokenizer model or pre-tokenizer that Lugh does not implement.
-    UnsupportedTokenizer(String),
+    UnsupportedTokenizer { path: PathBuf, what: String },
     /// A token id outside the vocabulary (`pos`: its index in the input).
     TokenOutOfRange { pos: Option<usize>, id: i64, n_vocab: usize },
     /// The model's architecture has no row in engine/arch.rs.
-    UnsupportedArchitecture { name: String, supported: Vec<&'static str> },
+    UnsupportedArchitecture { path: PathBuf, name: String, supported: Vec<&'static str> },
     /// A tensor the architecture requires is not in the file.
     MissingTensor { path: PathBuf, name: String, arch: &'static str },
     /// More tokens than the KV cache has room for.
@@ -69,14 +69,15 @@ impl fmt::Display for Error {
             Error::NoVocabulary { path } => {
                 write!(f, "'{}' has no tokenizer vocabulary (tokenizer.ggml.tokens is missing)", path.display())
             }
-            Error::UnsupportedTokenizer(m) => write!(f, "{m}"),
+            Error::UnsupportedTokenizer { path, what } => write!(f, "'{}': {what}", path.display()),
             Error::TokenOutOfRange { pos, id, n_vocab } => {
                 let at = pos.map(|p| format!(" at position {p}")).unwrap_or_default();
                 write!(f, "token id {id}{at} is out of range [0, {n_vocab})")
             }
-            Error::UnsupportedArchitecture { name, supported } => write!(
+            Error::UnsupportedArchitecture { path, name, supported } => write!(
                 f,
-                "architecture '{name}' is not supported (supported: {})",
+                "'{}': architecture '{name}' is not supported (supported: {})",
+                path.display(),
                 supported.join(", ")
             ),
             Error::MissingTensor { path, name, arch } => {

@@ -108,7 +108,7 @@ impl Inference {
     /// available), and uploads or maps the weights.
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Inference> {
         let arch_name = model.architecture().unwrap_or("(none: general.architecture is missing)").to_string();
-        let spec = arch::spec_for(&arch_name)?;
+        let spec = arch::spec_for(&arch_name, model.path())?;
         let hp = HParams::load(&model, spec)?;
         super::validate::hparams(model.path(), spec, &hp)?;
         super::validate::vocab_size(&model, &hp)?;

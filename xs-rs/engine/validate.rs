@@ -209,7 +209,7 @@ mod tests {
     fn check(arch: &str, edit: impl FnOnce(&mut HParams)) -> Result<()> {
         let mut hp = tiny(arch);
         edit(&mut hp);
-        hparams(Path::new("m.gguf"), spec_for(arch).unwrap(), &hp)
+        hparams(Path::new("m.gguf"), spec_for(arch, Path::new("m.gguf")).unwrap(), &hp)
     }
 
     fn refused(arch: &str, edit: impl FnOnce(&mut HParams), needles: &[&str]) {

@@ -124,9 +124,12 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         "llama" => true,
         "gpt2" => false,
         other => {
-            return Err(Error::UnsupportedTokenizer(format!(
-                "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
-            )))
+            return Err(Error::UnsupportedTokenizer {
+                path: gguf.path.clone(),
+                what: format!(
+                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                ),
+            })
         }
     };
     let n = tokens.len();
@@ -134,7 +137,7 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         return Err(corrupt(gguf, format!("tokenizer.ggml.tokens has {n} entries")));
     }
     let pre_raw = gguf.get_str("tokenizer.ggml.pre");
-    let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw)?) };
+    let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw, &gguf.path)?) };
 
     let scores = match gguf.get_array("tokenizer.ggml.scores") {
         None => vec![0.0; n],

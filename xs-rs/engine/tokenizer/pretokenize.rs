@@ -19,6 +19,7 @@
 //!   unit tests check this against fancy-regex running the original pattern.
 use super::super::{Error, Result};
 use regex::Regex;
+use std::path::Path;
 
 /// GPT-2's pattern.
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
@@ -84,16 +85,19 @@ pub const PRE_TOKENIZERS: &[PreSpec] = &[
 ];
 
 /// The pre-tokenizer row for a `tokenizer.ggml.pre` value (None: missing,
-/// which llama.cpp treats as "default").
-pub fn find_spec(pre: Option<&str>) -> Result<&'static PreSpec> {
+/// which llama.cpp treats as "default"); errors name the file `path`.
+pub fn find_spec(pre: Option<&str>, path: &Path) -> Result<&'static PreSpec> {
     let name = pre.unwrap_or("default");
     PRE_TOKENIZERS.iter().find(|spec| spec.names.contains(&name)).ok_or_else(|| {
         let mut known: Vec<&str> = PRE_TOKENIZERS.iter().flat_map(|s| s.names.iter().copied()).collect();
         known.sort_unstable();
-        Error::UnsupportedTokenizer(format!(
-            "pre-tokenizer '{name}' (tokenizer.ggml.pre) is not supported; supported: {}",
-            known.join(", ")
-        ))
+        Error::UnsupportedTokenizer {
+            path: path.to_path_buf(),
+            what: format!(
+                "pre-tokenizer '{name}' (tokenizer.ggml.pre) is not supported; supported: {}",
+                known.join(", ")
+            ),
+        }
     })
 }
 
@@ -165,8 +169,9 @@ impl PreTokenizer {
                 } else {
                     (pattern.to_string(), SpaceRun::AsIs)
                 };
-                let regex = Regex::new(&with_llama_classes(&base))
-                    .map_err(|e| Error::UnsupportedTokenizer(format!("pre-tokenizer pattern {pattern}: {e}")))?;
+                let regex = Regex::new(&with_llama_classes(&base)).map_err(|e| {
+                    Error::Argument(format!("Lugh's pre-tokenizer pattern {pattern} does not compile: {e}"))
+                })?;
                 Ok(Splitter { regex, space_run })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -374,17 +379,17 @@ mod tests {
 
     #[test]
     fn known_splits() {
-        let gpt2 = PreTokenizer::new(find_spec(Some("gpt-2")).unwrap()).unwrap();
+        let gpt2 = PreTokenizer::new(find_spec(Some("gpt-2"), Path::new("v.gguf")).unwrap()).unwrap();
         assert_eq!(words(&gpt2, "Hello  world"), ["Hello", " ", " world"]);
-        let llama3 = PreTokenizer::new(find_spec(Some("llama-bpe")).unwrap()).unwrap();
+        let llama3 = PreTokenizer::new(find_spec(Some("llama-bpe"), Path::new("v.gguf")).unwrap()).unwrap();
         assert_eq!(words(&llama3, "1234567"), ["123", "456", "7"]);
-        let qwen2 = PreTokenizer::new(find_spec(Some("qwen2")).unwrap()).unwrap();
+        let qwen2 = PreTokenizer::new(find_spec(Some("qwen2"), Path::new("v.gguf")).unwrap()).unwrap();
         assert_eq!(words(&qwen2, "a\n\n b"), ["a", "\n\n", " b"]);
     }
 
     #[test]
     fn unknown_pre_tokenizer_is_named() {
-        let err = find_spec(Some("no-such-pre")).err().unwrap().to_string();
+        let err = find_spec(Some("no-such-pre"), Path::new("v.gguf")).err().unwrap().to_string();
         assert!(err.contains("'no-such-pre'"), "{err}");
     }
 
