@@ -12,6 +12,7 @@ use POSIX ();
 use lib 't/lib';
 use LughTest qw(croaks_like);
 use LughTest::TinyModel qw(tiny_model write_tiny_model);
+use LughTest::GGUF ();
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
@@ -189,6 +190,17 @@ subtest 'integer arguments out of range' => sub {
         qr/max_tokens must be an integer <= 2147483647/, 'max_tokens 2**40');
     croaks_like(sub { $inference->generate([ 1, 2 ], max_tokens => 1, seed => ~0) }, qr/seed must be an integer below 2\*\*63/,
         'seed ~0');
+};
+
+subtest 'metadata memory is bounded by the file size' => sub {
+    # 200k one-byte keys: ~20 bytes each in the file, ~200 in memory
+    my $path = LughTest::GGUF::write_gguf("$dir/many-keys.gguf",
+        kv => [ map { (sprintf('k%06d', $_) => [ u8 => 0 ]) } 0 .. 199_999 ]);
+    alarm 20;
+    croaks_like(sub { Lugh::Model->new(model => $path) },
+        qr/^Lugh::Model->new: \Q'$path' is corrupt: its metadata would take more than\E \d+ bytes of memory .*limit is 8 times the file size/,
+        '200k keys: croaks naming the file and the limit');
+    alarm 0;
 };
 
 subtest 'still usable' => sub {
