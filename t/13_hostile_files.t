@@ -12,6 +12,7 @@ use POSIX ();
 use lib 't/lib';
 use LughTest qw(croaks_like);
 use LughTest::TinyModel qw(tiny_model write_tiny_model);
+use LughTest::GGUF ();
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
@@ -189,6 +190,50 @@ subtest 'integer arguments out of range' => sub {
         qr/max_tokens must be an integer <= 2147483647/, 'max_tokens 2**40');
     croaks_like(sub { $inference->generate([ 1, 2 ], max_tokens => 1, seed => ~0) }, qr/seed must be an integer below 2\*\*63/,
         'seed ~0');
+};
+
+subtest 'hostile vocabularies build in linear time' => sub {
+    # 100k control (and user-defined) tokens sharing a 200-byte prefix, and a
+    # control token of 1000 bytes (the longest allowed): quadratic work in
+    # the special-token tables or a floodable hash would take minutes
+    for my $tok (qw(bpe spm)) {
+        my $prefix = '<' . ('x' x 200);
+        my $path = variant(sub {
+            my ($kv) = @_;
+            my %at;
+            for (my $i = 0; $i < @$kv; $i += 2) { $at{ $kv->[$i] } = $i + 1 }
+            my ($toks, $types) = map { $kv->[ $at{"tokenizer.ggml.$_"} ][2] } qw(tokens token_type);
+            my $scores = $at{'tokenizer.ggml.scores'} && $kv->[ $at{'tokenizer.ggml.scores'} ][2];
+            for my $i (0 .. 99_999) {
+                push @$toks, "$prefix$i>";
+                push @$types, $i % 2 ? 3 : 4;
+                push @$scores, 0 if $scores;
+            }
+            push @$toks, '<' . ('y' x 998) . '>';
+            push @$types, 3;
+            push @$scores, 0 if $scores;
+        }, tokenizer => $tok);
+        my $model = Lugh::Model->new(model => $path);
+        alarm 20;
+        my $tokenizer = eval { Lugh::Tokenizer->new(model => $model) };
+        ok($tokenizer, "$tok: 100k tokens sharing a prefix, one of 1000 bytes: built") or diag $@;
+        my @ids = $tokenizer ? $tokenizer->encode("a$prefix" . "77>b$prefix" . "78>" . ('y' x 998), parse_special => 1) : ();
+        alarm 0;
+        my $n = $tokenizer ? $tokenizer->n_vocab : 0;
+        ok((grep { $_ == $n - 100_001 + 77 } @ids) && (grep { $_ == $n - 100_001 + 78 } @ids),
+            "$tok: the shared-prefix tokens are found in text");
+    }
+};
+
+subtest 'metadata memory is bounded by the file size' => sub {
+    # 200k one-byte keys: ~20 bytes each in the file, ~200 in memory
+    my $path = LughTest::GGUF::write_gguf("$dir/many-keys.gguf",
+        kv => [ map { (sprintf('k%06d', $_) => [ u8 => 0 ]) } 0 .. 199_999 ]);
+    alarm 20;
+    croaks_like(sub { Lugh::Model->new(model => $path) },
+        qr/^Lugh::Model->new: \Q'$path' is corrupt: its metadata would take more than\E \d+ bytes of memory .*limit is 8 times the file size/,
+        '200k keys: croaks naming the file and the limit');
+    alarm 0;
 };
 
 subtest 'still usable' => sub {

@@ -170,4 +170,26 @@ subtest 'seeded generation is reproducible' => sub {
     is(scalar @penalised, 8, 'with penalties and min_p');
 };
 
+subtest 'a callback whose result or exception has a dying bool overload' => sub {
+    {
+        package LughTest::EvilBool;
+        use overload 'bool' => sub { die "no truth here\n" }, fallback => 1;
+        package LughTest::EvilError;
+        use overload 'bool' => sub { die "nor here\n" }, '""' => sub {'evil'}, fallback => 1;
+    }
+    my $before = Lugh::_live_objects();
+    {
+        my $session = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 64);
+        my $calls = 0;
+        eval { $session->generate([ 1, 2 ], max_tokens => 5, callback => sub { $calls++; bless {}, 'LughTest::EvilBool' }) };
+        is($@, "no truth here\n", 'a result whose bool overload dies: the exception propagates');
+        is($calls, 1, 'generation stopped at once');
+        eval { $session->generate([ 1, 2 ], max_tokens => 5, callback => sub { die bless {}, 'LughTest::EvilError' }) };
+        isa_ok($@, 'LughTest::EvilError', 'an exception whose bool overload dies comes back unchanged');
+        my @ids = $session->generate([ 1, 2 ], max_tokens => 2);
+        is(scalar @ids, 2, 'the session stays usable');
+    }
+    is(Lugh::_live_objects(), $before, 'nothing leaks');
+};
+
 done_testing;

@@ -144,7 +144,12 @@ sub generate {
     $prompt //= $opt{prompt};
     Lugh::_croak('Lugh::Inference->generate: missing prompt (an array of token ids)') unless defined $prompt;
     my $stop = !defined $opt{stop} ? [] : ref $opt{stop} eq 'ARRAY' ? $opt{stop} : [ $opt{stop} ];
-    my @ids = _generate($self, $prompt, @opt{qw(max_tokens eos_token)}, $stop, $opt{callback},
+    # The callback's result is tested for truth inside the call (which runs
+    # under an eval), so a result whose bool overload dies throws like a die
+    # in the callback, and the session is released.
+    my $cb = $opt{callback};
+    my $callback = ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb;
+    my @ids = _generate($self, $prompt, @opt{qw(max_tokens eos_token)}, $stop, $callback,
         @opt{@SAMPLING_ORDER});
     return wantarray ? @ids : \@ids;
 }

@@ -5,9 +5,29 @@
 //! a step of the same shape over the same caches (token generation, mostly)
 //! reuses it, as llama.cpp reuses its graphs, instead of building anew.
 use super::ggml_ops::GraphCtx;
-use super::ggml_runtime::{BufferType, Gallocr};
+use super::ggml_runtime::{BufferType, Device, Gallocr};
 use super::graph::ForwardGraph;
 use super::{Error, Result};
+
+/// Asks the device whether it runs every node of `g` with the node's types,
+/// and names the first it does not run: ggml's kernels assert, or call
+/// through a null pointer, on an op they lack. Called once per built graph
+/// (a reused graph was checked when it was built).
+pub fn check_supported(device: Device, backend_name: &str, g: &GraphCtx) -> Result<()> {
+    for node in g.nodes() {
+        if !device.supports_op(node) {
+            let srcs: Vec<String> = node.srcs().iter().map(|s| format!("'{}' {}", s.name(), s.type_name())).collect();
+            return Err(Error::Ggml(format!(
+                "backend '{backend_name}' does not support op {} for tensor '{}' of type {} (operands: {})",
+                node.op_desc(),
+                node.name(),
+                node.type_name(),
+                srcs.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// The batch shape a pool has reserved for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,5 +160,37 @@ impl ComputePool {
             self.n_allocations += 1;
         }
         self.buffer_size = size;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ggml_ops::{GGML_TYPE_F16, GGML_TYPE_F32};
+
+    #[test]
+    fn unsupported_op_is_an_error_naming_it() {
+        let cpu = Device::by_backend_name("CPU").expect("the CPU backend");
+        let g = GraphCtx::new(16).unwrap();
+        let a = g.new_tensor(GGML_TYPE_F32, &[8, 4]);
+        a.set_name("w");
+        let x = g.new_tensor(GGML_TYPE_F32, &[8, 2]);
+        x.set_name("x");
+        let ok = g.mul_mat(a, x);
+        g.expand(ok);
+        check_supported(cpu, "CPU", &g).expect("f32 x f32 mul_mat runs on the CPU");
+
+        // the CPU multiplies f32 weights only by f32 activations
+        let g = GraphCtx::new(16).unwrap();
+        let a = g.new_tensor(GGML_TYPE_F32, &[8, 4]);
+        a.set_name("w");
+        let x = g.new_tensor(GGML_TYPE_F16, &[8, 2]);
+        x.set_name("x16");
+        let bad = g.mul_mat(a, x);
+        bad.set_name("out");
+        g.expand(bad);
+        let err = check_supported(cpu, "CPU", &g).unwrap_err().to_string();
+        assert!(err.contains("MUL_MAT"), "{err}");
+        assert!(err.contains("'out'") && err.contains("'w' f32") && err.contains("'x16' f16"), "{err}");
     }
 }

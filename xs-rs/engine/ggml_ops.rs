@@ -23,6 +23,8 @@ extern "C" {
     fn ggml_new_graph_custom(ctx: *mut ggml_context, size: usize, grads: bool) -> *mut ggml_cgraph;
     fn ggml_build_forward_expand(graph: *mut ggml_cgraph, t: *mut ggml_tensor);
     fn ggml_graph_n_nodes(graph: *mut ggml_cgraph) -> c_int;
+    fn ggml_graph_node(graph: *mut ggml_cgraph, i: c_int) -> *mut ggml_tensor;
+    fn ggml_op_desc(t: *const ggml_tensor) -> *const c_char;
 
     fn ggml_new_tensor_1d(ctx: *mut ggml_context, t: c_int, ne0: i64) -> *mut ggml_tensor;
     fn ggml_new_tensor_2d(ctx: *mut ggml_context, t: c_int, ne0: i64, ne1: i64) -> *mut ggml_tensor;
@@ -175,6 +177,21 @@ impl Tensor {
         let bytes: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
+    /// The op that computes the tensor, as ggml names it ("MUL_MAT", or the
+    /// unary/glu sub-op such as "SILU").
+    pub fn op_desc(&self) -> String {
+        // SAFETY: the tensor is live; ggml returns a static string.
+        unsafe { super::ggml_sys::c_str(ggml_op_desc(self.0)) }
+    }
+    /// The tensor's sources (operands), in order.
+    pub fn srcs(&self) -> Vec<Tensor> {
+        self.raw().src.iter().filter(|p| !p.is_null()).map(|&p| Tensor(p)).collect()
+    }
+    /// The name of the tensor's type ("f32", "q8_0", ...).
+    pub fn type_name(&self) -> String {
+        super::ggml_sys::type_traits(self.type_id() as u32)
+            .map_or_else(|| format!("type {}", self.type_id()), |t| t.name.to_string())
+    }
     pub fn set_name(&self, name: &str) {
         let mut buf = [0 as c_char; GGML_MAX_NAME];
         for (dst, &b) in buf.iter_mut().zip(name.as_bytes().iter().take(GGML_MAX_NAME - 1)) {
@@ -291,6 +308,12 @@ impl GraphCtx {
     pub fn n_nodes(&self) -> usize {
         // SAFETY: the graph is live.
         unsafe { ggml_graph_n_nodes(self.graph) as usize }
+    }
+
+    /// The graph's nodes (the tensors it computes), in order.
+    pub fn nodes(&self) -> Vec<Tensor> {
+        // SAFETY: the graph is live and i is below its node count.
+        (0..self.n_nodes()).map(|i| Tensor(unsafe { ggml_graph_node(self.graph, i as c_int) })).collect()
     }
 
     pub fn expand(&self, t: Tensor) {

@@ -14,6 +14,27 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// A sanity bound on names (keys, tensor names); llama.cpp's are < 100 bytes.
 const MAX_NAME_LEN: u64 = 65536;
 const MAX_DIMS: usize = 4;
+/// The header's in-memory size (metadata and tensor descriptors, counted
+/// with allocator overhead, see `Reader::charge`) may be at most this many
+/// times the file's size, or `HEADER_MEM_FLOOR` for a small file: a file
+/// of a million empty keys must not take fifteen times its size in RAM.
+/// Real files stay below 4x (a vocabulary: 24-byte strings of ~7 bytes).
+pub const HEADER_MEM_PER_FILE_BYTE: u64 = 8;
+pub const HEADER_MEM_FLOOR: u64 = 1 << 20;
+/// What one heap allocation of `n` bytes costs, malloc's overhead included.
+fn alloc_cost(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        n.div_ceil(16) * 16 + 16
+    }
+}
+/// One key/value: its Vec slot and its index entry (a hash table rounds its
+/// slots up to a power of two above 8/7 of the count: up to twice as many
+/// slots as entries, each with a control byte), before the key's bytes.
+const KV_COST: u64 = (std::mem::size_of::<(String, Value)>() + 2 * (std::mem::size_of::<(String, usize)>() + 1)) as u64;
+/// One tensor descriptor: its Vec slot and index entry, before the name and shape.
+const TENSOR_COST: u64 = (std::mem::size_of::<TensorInfo>() + 2 * (std::mem::size_of::<(String, usize)>() + 1)) as u64;
 
 /// GGUF value type ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +319,8 @@ pub struct Gguf {
     /// Absolute file offset of the data section.
     pub data_offset: u64,
     pub file_size: u64,
+    /// Estimated bytes of memory the parsed header takes (see `Reader::charge`).
+    pub header_mem: u64,
 }
 
 impl Gguf {
@@ -324,7 +347,8 @@ impl Gguf {
     }
 
     fn parse<R: Read>(path: &Path, source: R, file_size: u64) -> Result<Gguf> {
-        let mut r = Reader { source, pos: 0, file_size, path };
+        let mem_limit = file_size.saturating_mul(HEADER_MEM_PER_FILE_BYTE).max(HEADER_MEM_FLOOR);
+        let mut r = Reader { source, pos: 0, file_size, path, mem: 0, mem_limit };
         let mut magic = [0u8; 4];
         r.bytes_into(&mut magic, "the magic number").map_err(|e| match e {
             Error::Truncated { .. } => Error::NotGguf { path: path.to_path_buf() },
@@ -342,6 +366,8 @@ impl Gguf {
         // Each key/value takes at least 8+4+1 bytes, each tensor at least 8+4+8+4+8.
         r.check_room(n_kv, 13, "the key/value list")?;
         r.check_room(n_tensors, 32, "the tensor list")?;
+        r.charge(n_kv.saturating_mul(KV_COST), "the key/value list")?;
+        r.charge(n_tensors.saturating_mul(TENSOR_COST), "the tensor list")?;
 
         let mut kv = Vec::with_capacity(n_kv as usize);
         let mut kv_index = HashMap::with_capacity(n_kv as usize);
@@ -350,6 +376,8 @@ impl Gguf {
             if key.is_empty() {
                 return Err(r.corrupt(format!("key/value #{i} has an empty name")));
             }
+            // the key is held twice: in the list and in the index
+            r.charge(2 * alloc_cost(key.len() as u64), &format!("key '{key}'"))?;
             let type_id = r.u32(&format!("the type of key '{key}'"))?;
             let vtype = ValueType::from_id(type_id)
                 .ok_or_else(|| r.corrupt(format!("key '{key}' has unknown value type {type_id}")))?;
@@ -436,6 +464,7 @@ impl Gguf {
             alignment,
             data_offset,
             file_size,
+            header_mem: r.mem,
         })
     }
 
@@ -493,6 +522,9 @@ struct Reader<'a, R: Read> {
     pos: u64,
     file_size: u64,
     path: &'a Path,
+    /// Estimated bytes of memory the header takes so far, and the bound.
+    mem: u64,
+    mem_limit: u64,
 }
 
 impl<R: Read> Reader<'_, R> {
@@ -516,6 +548,20 @@ impl<R: Read> Reader<'_, R> {
                 Err(self.truncated(format!("{what} ({count} entries announced, only {} bytes left)", self.remaining())))
             }
         }
+    }
+
+    /// Counts `bytes` of memory for `what` before they are allocated, and
+    /// fails once the header would take more than its bound.
+    fn charge(&mut self, bytes: u64, what: &str) -> Result<()> {
+        self.mem = self.mem.saturating_add(bytes);
+        if self.mem > self.mem_limit {
+            return Err(self.corrupt(format!(
+                "its metadata would take more than {} bytes of memory (at {what}; the limit is {HEADER_MEM_PER_FILE_BYTE} \
+                 times the file size of {} bytes, at least {HEADER_MEM_FLOOR})",
+                self.mem_limit, self.file_size
+            )));
+        }
+        Ok(())
     }
 
     fn bytes_into(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
@@ -580,7 +626,11 @@ impl<R: Read> Reader<'_, R> {
             ValueType::I64 => Value::I64(i64::from_le_bytes(self.array_of(&what)?)),
             ValueType::F64 => Value::F64(f64::from_le_bytes(self.array_of(&what)?)),
             ValueType::Bool => Value::Bool(self.bool(&what, key)?),
-            ValueType::Str => Value::Str(self.string(&what, u64::MAX)?),
+            ValueType::Str => {
+                let v = self.string(&what, u64::MAX)?;
+                self.charge(alloc_cost(v.len() as u64), &what)?;
+                Value::Str(v)
+            }
             ValueType::Array => Value::Array(self.array(key, depth)?),
         })
     }
@@ -603,6 +653,12 @@ impl<R: Read> Reader<'_, R> {
             .ok_or_else(|| self.corrupt(format!("key '{key}' is an array of unknown type {type_id}")))?;
         let n = self.u64(&what)?;
         self.check_room(n, etype.min_size(), &what)?;
+        let slot = match etype {
+            ValueType::Str => std::mem::size_of::<String>(),
+            ValueType::Array => std::mem::size_of::<Array>(),
+            _ => etype.min_size() as usize,
+        } as u64;
+        self.charge(alloc_cost(n.saturating_mul(slot)), &what)?;
         let n = n as usize;
         macro_rules! numbers {
             ($variant:ident, $t:ty) => {{
@@ -633,7 +689,9 @@ impl<R: Read> Reader<'_, R> {
             ValueType::Str => {
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
-                    v.push(self.string(&what, u64::MAX)?);
+                    let e = self.string(&what, u64::MAX)?;
+                    self.charge(alloc_cost(e.len() as u64), &what)?;
+                    v.push(e);
                 }
                 Array::Str(v)
             }
@@ -652,6 +710,8 @@ impl<R: Read> Reader<'_, R> {
         if name.is_empty() || name.len() >= sys::GGML_MAX_NAME {
             return Err(self.corrupt(format!("tensor #{i} has a name of {} bytes (1..63 allowed)", name.len())));
         }
+        // the name twice (list and index), the shape
+        self.charge(2 * alloc_cost(name.len() as u64) + alloc_cost(32), &format!("tensor '{name}'"))?;
         let what = format!("the descriptor of tensor '{name}'");
         let n_dims = self.u32(&what)? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
@@ -780,5 +840,53 @@ mod tests {
         let mut b = sample();
         b[4] = 1;
         assert!(matches!(Gguf::parse_bytes(Path::new("x"), &b), Err(Error::UnsupportedVersion { version: 1, .. })));
+    }
+
+    #[test]
+    fn metadata_memory_is_bounded_by_the_file_size() {
+        // 200k keys with u8 values: ~20 bytes each in the file, several
+        // times that in memory
+        let n = 200_000u64;
+        let mut w = Writer::new(3, 0, n);
+        for i in 0..n {
+            w.str(&format!("k{i:06}"));
+            w.u32(ValueType::U8 as u32);
+            w.0.push(0);
+        }
+        let err = match Gguf::parse_bytes(Path::new("keys.gguf"), &w.0) {
+            Ok(g) => panic!("200k keys accepted: {} bytes of memory for a file of {}", g.header_mem, g.file_size),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("'keys.gguf' is corrupt: its metadata would take more than"), "{err}");
+        assert!(err.contains("times the file size"), "{err}");
+
+        // an array of 1M empty strings (8 bytes each in the file, a 24-byte String in memory)
+        let mut w = Writer::new(3, 0, 1);
+        w.str("a");
+        w.u32(ValueType::Array as u32);
+        w.u32(ValueType::Str as u32);
+        w.u64(1 << 20);
+        w.0.resize(w.0.len() + (8 << 20), 0);
+        if let Err(e) = Gguf::parse_bytes(Path::new("a.gguf"), &w.0) {
+            panic!("3x the file size is allowed: {e}");
+        }
+    }
+
+    /// Real files stay well inside the bound (LUGH_MODEL_DIR or ~/.cache/lugh/models).
+    #[test]
+    fn real_files_are_inside_the_memory_bound() {
+        let dir = std::env::var_os("LUGH_MODEL_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lugh/models")));
+        let Some(Ok(entries)) = dir.map(std::fs::read_dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "gguf") {
+                let g = Gguf::open(&p).unwrap();
+                let ratio = g.header_mem as f64 / g.file_size as f64;
+                eprintln!("{}: header {} bytes in memory, {ratio:.2}x the file", p.display(), g.header_mem);
+                assert!(ratio < (HEADER_MEM_PER_FILE_BYTE / 2) as f64, "{}: {ratio}", p.display());
+            }
+        }
     }
 }

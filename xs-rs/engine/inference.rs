@@ -390,6 +390,7 @@ impl Inference {
                 pool.reserve(&worst.g, shape)?;
             }
             let graph = bp.build(&segments, false)?;
+            super::compute::check_supported(self.device, &self.backend_name, &graph.g)?;
             pool.allocate(key.clone(), graph)?;
         }
         let graph = pool.reusable(&key).expect("the graph was just allocated for this key");

@@ -228,6 +228,18 @@ void lugh_croak_usage(void *my_perl_v, CV *cv, const char *params) { LUGH_CTX; c
 
 /* ---------- callbacks ---------- */
 
+/* Whether the last G_EVAL call died, without SvTRUE: $@ may be an object
+ * whose bool overload dies, and nothing here may croak (the caller's Rust
+ * frames would be skipped). call_sv clears $@ to "" on success. */
+static int lugh_died(pTHX) {
+    SV *e = ERRSV;
+    STRLEN len;
+    if (SvROK(e)) return 1;
+    if (!SvOK(e)) return 0;
+    (void)SvPV(e, len);
+    return len > 0;
+}
+
 /* Calls cb in scalar context under G_EVAL. Returns a new (owned) copy of the
  * result, or NULL with *err set to an owned copy of $@ when cb died. */
 SV *lugh_call_sv(void *my_perl_v, SV *cb, SV **args, int n, SV **err) {
@@ -245,7 +257,7 @@ SV *lugh_call_sv(void *my_perl_v, SV *cb, SV **args, int n, SV **err) {
     SPAGAIN;
     if (count == 1) ret = newSVsv(POPs);
     PUTBACK;
-    if (SvTRUE(ERRSV)) {
+    if (lugh_died(aTHX)) {
         *err = newSVsv(ERRSV);
         if (ret) SvREFCNT_dec(ret);
         ret = NULL;

@@ -7,14 +7,14 @@
 //! symbol a number (a "piece") when the vocabulary is loaded, so merging
 //! compares integers: pieces below n_vocab are the tokens themselves, the
 //! others are merge results or byte characters that are not tokens.
-use super::fxhash::{new_map, FxMap};
+use super::hash::{new_map, Map};
 use super::pretokenize::ByteMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 pub struct Merges {
     /// (left piece, right piece) → (rank, merged piece).
-    pairs: FxMap<u64, (u32, u32)>,
+    pairs: Map<u64, (u32, u32)>,
     /// The piece of the character standing for each byte.
     byte_piece: [u32; 256],
     /// Texts of the pieces that are not tokens (piece id - n_vocab).
@@ -32,9 +32,9 @@ impl Merges {
     /// "left right" lines of `tokenizer.ggml.merges`, best first.
     pub fn new(n_vocab: usize, token_id: impl Fn(&[u8]) -> Option<i32>, merges: &[String], bytes: &ByteMap) -> Merges {
         let n_vocab = n_vocab as u32;
-        let mut extra: FxMap<Box<[u8]>, u32> = new_map(1024);
+        let mut extra: Map<Box<[u8]>, u32> = new_map(1024);
         let mut extra_texts: Vec<Box<[u8]>> = Vec::new();
-        let mut piece_of = |text: &[u8], extra: &mut FxMap<Box<[u8]>, u32>| -> u32 {
+        let mut piece_of = |text: &[u8], extra: &mut Map<Box<[u8]>, u32>| -> u32 {
             if let Some(id) = token_id(text) {
                 return id as u32;
             }
@@ -68,10 +68,10 @@ impl Merges {
                 piece_of(&joined, &mut extra)
             }));
         }
-        let lookup = |text: &[u8], extra: &FxMap<Box<[u8]>, u32>| -> Option<u32> {
+        let lookup = |text: &[u8], extra: &Map<Box<[u8]>, u32>| -> Option<u32> {
             token_id(text).map(|id| id as u32).or_else(|| extra.get(text).copied())
         };
-        let mut pairs: FxMap<u64, (u32, u32)> = new_map(merges.len());
+        let mut pairs: Map<u64, (u32, u32)> = new_map(merges.len());
         for (rank, (line, merged)) in merges.iter().zip(results).enumerate() {
             let Some(merged) = merged else { continue };
             let (at, _) = split(line).expect("split before");

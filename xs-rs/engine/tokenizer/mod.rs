@@ -9,7 +9,7 @@
 //! are split out first (`special`), then each piece of text goes through SPM
 //! (`spm`) or pre-tokenizer + byte-level BPE (`pretokenize`, `bpe`).
 mod bpe;
-mod fxhash;
+mod hash;
 mod load;
 mod pretokenize;
 mod special;
@@ -20,7 +20,7 @@ pub mod utf8;
 
 use super::gguf::Gguf;
 use super::{Error, Result};
-use fxhash::{new_map, FxMap};
+use hash::{new_map, Map};
 use special::{Fragment, SpecialTokens};
 
 /// Token types, as in GGUF's tokenizer.ggml.token_type.
@@ -123,7 +123,7 @@ pub struct Vocab {
     texts: Texts,
     scores: Vec<f32>,
     attrs: Vec<u16>,
-    ids: FxMap<Box<[u8]>, i32>,
+    ids: Map<Box<[u8]>, i32>,
     /// What each token prints as when control tokens are rendered.
     pieces: Texts,
     special_tokens: SpecialTokens,
@@ -453,7 +453,7 @@ const SPACE_MARK: &[u8] = "▁".as_bytes();
 struct SpmState {
     session: spm::SpmSession,
     /// Segments already tokenized in this call → their ids in `cached`.
-    cache: FxMap<Box<[u8]>, (u32, u32)>,
+    cache: Map<Box<[u8]>, (u32, u32)>,
     cached: Vec<i32>,
 }
 
@@ -516,7 +516,7 @@ struct BpeState {
     pieces: Vec<u32>,
     mapped: Vec<u8>,
     /// Words already tokenized in this call → their ids in `cached`.
-    cache: FxMap<Box<[u8]>, (u32, u32)>,
+    cache: Map<Box<[u8]>, (u32, u32)>,
     cached: Vec<i32>,
 }
 
@@ -538,6 +538,6 @@ impl spm::SpmVocab for SpmLookup<'_> {
 }
 
 /// Used by the loader: an empty map sized for the vocabulary.
-fn id_map(n: usize) -> FxMap<Box<[u8]>, i32> {
+fn id_map(n: usize) -> Map<Box<[u8]>, i32> {
     new_map(n)
 }
