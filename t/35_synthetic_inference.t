@@ -11,7 +11,7 @@ use File::Temp qw(tempdir);
 use List::Util qw(max min);
 use lib 't/lib';
 use LughTest::TinyModel qw(tiny_model tiny_config @TINY_VARIANTS);
-use LughTestInference qw(argmax max_abs_diff check_rollback_and_clear);
+use LughTestInference qw(argmax max_abs_diff check_rollback_and_clear check_cache_spellings);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
@@ -124,14 +124,7 @@ subtest 'settings' => sub {
 
 subtest 'KV cache: spellings, resize, clear' => sub {
     my $c = $inference->create_kv_cache;
-    $inference->forward(cache => $c, tokens => [ @tokens[ 0, 1 ] ]);
-    $inference->forward_cache(cache => $c, tokens => [ $tokens[2] ]);
-    $inference->forward_cache($c, [ $tokens[3] ]);
-    my $rows = $inference->forward_all(tokens => [ @tokens[ 4, 5 ] ], cache => $c);
-    is($c->n_cached, 6, 'forward(cache =>), forward_cache named and positional, forward_all(cache =>)');
-    is(scalar @$rows, 2, 'forward_all with a cache: rows for the new tokens');
-    my @six = $inference->forward([ @tokens[ 0 .. 5 ] ]);
-    cmp_ok(max_abs_diff($rows->[-1], \@six), '<=', 0.02, 'same logits as the whole sequence');
+    check_cache_spellings($inference, $c, \@tokens);
 
     check_rollback_and_clear($inference, $c, \@tokens, 99);
 

@@ -2,7 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTestInference qw(smollm2 argmax max_abs_diff check_rollback_and_clear);
+use LughTestInference qw(smollm2 argmax max_abs_diff check_rollback_and_clear check_cache_spellings);
 
 my ($model, $inference) = smollm2();
 my @tokens = (6403, 1980, 253, 655, 28, 260, 2240, 282);    # "Once upon a time, the city of"
@@ -28,14 +28,7 @@ subtest 'token by token equals one forward over the whole sequence' => sub {
 
 subtest 'all spellings append to the cache' => sub {
     my $c = $inference->create_kv_cache;
-    $inference->forward(cache => $c, tokens => [ @tokens[ 0, 1 ] ]);
-    $inference->forward_cache(cache => $c, tokens => [ $tokens[2] ]);
-    $inference->forward_cache($c, [ $tokens[3] ]);
-    my $rows = $inference->forward_all(tokens => [ @tokens[ 4, 5 ] ], cache => $c);
-    is($c->n_cached, 6, 'forward(cache =>), forward_cache named and positional, forward_all(cache =>)');
-    is(scalar @$rows, 2, 'forward_all with a cache: rows for the new tokens');
-    my @full = $inference->forward([ @tokens[ 0 .. 5 ] ]);
-    cmp_ok(max_abs_diff($rows->[-1], \@full), '<=', 0.02, 'same logits as the whole sequence');
+    check_cache_spellings($inference, $c, \@tokens);
 };
 
 subtest 'resize rolls back, clear empties' => sub {

@@ -11,7 +11,8 @@ use File::Spec;
 use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
 our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases reference_variants check_reference_case
-    check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear);
+    check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear
+    check_cache_spellings);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -142,6 +143,24 @@ sub check_cross_variant_case {
     Test::More::ok($ok, "$label: our first greedy token ($best) is llama.cpp's or within"
             . " $CROSS_VARIANT_BOUND of it (llama.cpp's: $case->{top}[0][0])");
     return $diff;
+}
+
+# Every spelling of a cached forward appends to the empty $cache: forward
+# (cache =>), forward_cache named and positional, forward_all (cache =>);
+# the last row equals a whole-sequence forward of the first 6 of @$tokens.
+sub check_cache_spellings {
+    my ($inference, $cache, $tokens) = @_;
+    require Test::More;
+    my @t = @$tokens;
+    $inference->forward(cache => $cache, tokens => [ @t[ 0, 1 ] ]);
+    $inference->forward_cache(cache => $cache, tokens => [ $t[2] ]);
+    $inference->forward_cache($cache, [ $t[3] ]);
+    my $rows = $inference->forward_all(tokens => [ @t[ 4, 5 ] ], cache => $cache);
+    Test::More::is($cache->n_cached, 6,
+        'forward(cache =>), forward_cache named and positional, forward_all(cache =>)');
+    Test::More::is(scalar @$rows, 2, 'forward_all with a cache: rows for the new tokens');
+    my @full = $inference->forward([ @t[ 0 .. 5 ] ]);
+    Test::More::cmp_ok(max_abs_diff($rows->[-1], \@full), '<=', 0.02, 'same logits as the whole sequence');
 }
 
 # A cache holding more than 4 of @$tokens: resize(4) rolls back (continuing
