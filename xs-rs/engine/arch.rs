@@ -184,9 +184,12 @@ impl HParams {
             ("linear", Some(f)) if f != 0.0 => (1.0 / f) as f32,
             ("linear", _) => 1.0,
             (other, _) => {
-                return Err(Error::Argument(format!(
-                    "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear)"
-                )))
+                return Err(Error::Invalid {
+                    path: model.path().clone(),
+                    what: format!(
+                        "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear)"
+                    ),
+                })
             }
         };
         let n_swa = match spec.swa_pattern {
