@@ -11,7 +11,8 @@ use File::Temp qw(tempdir);
 use List::Util qw(max min);
 use lib 't/lib';
 use LughTest::TinyModel qw(tiny_model tiny_config @TINY_VARIANTS);
-use LughTestInference qw(argmax max_abs_diff check_rollback_and_clear check_cache_spellings);
+use LughTestInference qw(argmax max_abs_diff check_rollback_and_clear check_cache_spellings
+    check_overflow_refused);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
@@ -137,12 +138,7 @@ subtest 'KV cache: spellings, resize, clear' => sub {
 
 subtest 'overflowing n_ctx croaks before computing' => sub {
     my $small = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 8);
-    my $c = $small->create_kv_cache;
-    is($c->n_ctx, 8, 'n_ctx 8');
-    $small->forward_cache($c, [ @tokens[ 0 .. 5 ] ]);
-    eval { $small->forward_cache($c, [ @tokens[ 0 .. 2 ] ]) };
-    like($@, qr/^Lugh::Inference->forward: .*\b(?:context|n_ctx|capacity)\b.* at \S+ line \d+\.$/i, 'croaks');
-    is($c->n_cached, 6, 'the cache is unchanged');
+    my $c = check_overflow_refused($small, \@tokens);
     $small->forward_cache($c, [ @tokens[ 6, 7 ] ]);
     is($c->n_cached, 8, 'exactly full is fine');
     eval { $small->forward([ (1) x 9 ]) };

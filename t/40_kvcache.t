@@ -2,7 +2,8 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTestInference qw(smollm2 argmax max_abs_diff check_rollback_and_clear check_cache_spellings);
+use LughTestInference qw(smollm2 argmax max_abs_diff check_rollback_and_clear check_cache_spellings
+    check_overflow_refused);
 
 my ($model, $inference) = smollm2();
 my @tokens = (6403, 1980, 253, 655, 28, 260, 2240, 282);    # "Once upon a time, the city of"
@@ -39,12 +40,7 @@ subtest 'resize rolls back, clear empties' => sub {
 
 subtest 'overflowing n_ctx croaks before computing' => sub {
     my (undef, $small) = smollm2(n_ctx => 8);
-    my $c = $small->create_kv_cache;
-    is($c->n_ctx, 8, 'n_ctx 8');
-    $small->forward_cache($c, [ @tokens[ 0 .. 5 ] ]);
-    eval { $small->forward_cache($c, [ @tokens[ 0 .. 2 ] ]) };
-    like($@, qr/^Lugh::Inference->forward: .*\b(?:context|n_ctx|capacity)\b.* at \S+ line \d+\.$/i, 'croaks');
-    is($c->n_cached, 6, 'the cache is unchanged');
+    my $c = check_overflow_refused($small, \@tokens);
     my @fits = $small->forward_cache($c, [ @tokens[ 6, 7 ] ]);
     is($c->n_cached, 8, 'exactly full is fine');
     eval { $small->forward([ (1) x 9 ]) };

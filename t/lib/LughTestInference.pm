@@ -12,7 +12,7 @@ use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
 our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases reference_variants check_reference_case
     check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear
-    check_cache_spellings);
+    check_cache_spellings check_overflow_refused);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
 # go to Lugh::Inference->new. Skips the test file when the model is absent.
@@ -161,6 +161,21 @@ sub check_cache_spellings {
     Test::More::is(scalar @$rows, 2, 'forward_all with a cache: rows for the new tokens');
     my @full = $inference->forward([ @t[ 0 .. 5 ] ]);
     Test::More::cmp_ok(max_abs_diff($rows->[-1], \@full), '<=', 0.02, 'same logits as the whole sequence');
+}
+
+# A session with n_ctx 8: a new cache takes 6 of @$tokens, then refuses 3
+# more with a croak naming the context, unchanged. Returns the cache.
+sub check_overflow_refused {
+    my ($small, $tokens) = @_;
+    require Test::More;
+    my $c = $small->create_kv_cache;
+    Test::More::is($c->n_ctx, 8, 'n_ctx 8');
+    $small->forward_cache($c, [ @$tokens[ 0 .. 5 ] ]);
+    eval { $small->forward_cache($c, [ @$tokens[ 0 .. 2 ] ]) };
+    Test::More::like($@, qr/^Lugh::Inference->forward: .*\b(?:context|n_ctx|capacity)\b.* at \S+ line \d+\.$/i,
+        'croaks');
+    Test::More::is($c->n_cached, 6, 'the cache is unchanged');
+    return $c;
 }
 
 # A cache holding more than 4 of @$tokens: resize(4) rolls back (continuing
