@@ -170,6 +170,72 @@ subtest 'seeded generation is reproducible' => sub {
     is(scalar @penalised, 8, 'with penalties and min_p');
 };
 
+subtest 'text as it is generated, and the statistics' => sub {
+    my @pieces;
+    my @got = $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $n_vocab - 1,
+        on_text => sub { push @pieces, $_[0]; return 0 }, stats => \my %stats);
+    is(scalar @got, 12, 'generated');
+    is(join('', @pieces), $stats{text}, 'on_text pieces add up to the text');
+    is($stats{text}, $tok->decode(\@got), 'the text of the generated tokens');
+    is($stats{stop_reason}, 'max_tokens', 'stop_reason max_tokens');
+    is_deeply([ @stats{qw(n_prompt n_reused n_evaluated n_generated)} ], [ scalar @prompt, 0, scalar @prompt, 12 ],
+        'counts');
+    ok($stats{prompt_seconds} > 0 && $stats{tokens_per_second} > 0, 'timings');
+
+    my $cut = length($stats{text}) > 6 ? substr($stats{text}, 3, 3) : undef;
+    SKIP: {
+        skip 'too little text for a stop string', 3 unless defined $cut && $cut =~ /\S/;
+        @pieces = ();
+        $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $n_vocab - 1,
+            on_text => sub { push @pieces, $_[0]; 0 }, stop => $cut, stats => \%stats);
+        is($stats{stop_reason}, 'stop', 'stop_reason stop');
+        is($stats{text}, substr($tok->decode(\@got), 0, 3),
+            'the text ends before the stop string');
+        is(join('', @pieces), $stats{text}, 'on_text never sees the stop string');
+    }
+    my $calls = 0;
+    my @two = $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $n_vocab - 1,
+        on_text => sub { ++$calls == 2 }, stats => \%stats);
+    is($stats{stop_reason}, 'callback', 'on_text returning true stops');
+    is($calls, 2, '... after its second call');
+    my $eog = $got[3];
+    $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $eog, stats => \%stats);
+    is($stats{stop_reason}, 'eog', 'stop_reason eog') if !grep { $_ == $eog } @got[ 0 .. 2 ];
+    eval { $inference->generate(\@prompt, max_tokens => 2, stats => []) };
+    like($@, qr/generate: stats must be a hash reference/, 'stats must be a hash reference');
+    eval { $inference->generate(\@prompt, max_tokens => 2, on_text => 'print') };
+    like($@, qr/on_text/, 'on_text must be code');
+};
+
+subtest 'continuing a KV cache' => sub {
+    my %o = (greedy => 1, eos_token => $n_vocab - 1);
+    my $cache = $inference->create_kv_cache;
+    my @a = $inference->generate(\@prompt, %o, max_tokens => 5, cache => $cache, stats => \my %s);
+    is($cache->n_cached, @prompt + 4, 'the prompt and all generated tokens but the last are cached');
+    is_deeply([ $cache->tokens ], [ @prompt, @a[ 0 .. 3 ] ], 'tokens: what the cache holds');
+    my @next = (@prompt, @a, @prompt[ 0 .. 2 ]);
+    my @b = $inference->generate(\@next, %o, max_tokens => 4, cache => $cache, stats => \%s);
+    is($s{n_reused}, @prompt + 4, 'the next turn reuses everything cached');
+    is($s{n_evaluated}, @next - @prompt - 4, '... and evaluates only the new tokens');
+    is_deeply(\@b, [ $inference->generate(\@next, %o, max_tokens => 4) ], 'the same tokens as without a cache');
+    my @changed = ($prompt[0], ($prompt[1] + 1) % $n_vocab, @prompt[ 2 .. $#prompt ]);
+    $inference->generate(\@changed, %o, max_tokens => 2, cache => $cache, stats => \%s);
+    is($s{n_reused}, 1, 'an earlier token changed: rolled back to the common prefix');
+    is_deeply([ ($cache->tokens)[ 0 .. $#changed ] ], \@changed, '... and the cache holds the new text');
+    $cache->resize(scalar @changed);
+    $inference->generate(\@changed, %o, max_tokens => 2, cache => $cache, stats => \%s);
+    is($s{n_reused}, @changed - 1, 'the same prompt again: its last token is evaluated again');
+    eval { $inference->generate(\@prompt, %o, max_tokens => 3, cache => $cache,
+            callback => sub { $inference->forward_cache($cache, [1]); 0 }) };
+    like($@, qr/in use by a generate call/, 'a callback cannot use the cache being generated on');
+    is($cache->n_cached, @prompt, '... the cache is back afterwards');
+    my $other = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 128)->create_kv_cache;
+    eval { $inference->generate(\@prompt, max_tokens => 2, cache => $other) };
+    like($@, qr/belongs to another Lugh::Inference/, "another session's cache croaks");
+    $cache->clear;
+    is_deeply([ $cache->tokens ], [], 'clear forgets the tokens');
+};
+
 subtest 'a callback whose result or exception has a dying bool overload' => sub {
     {
         package LughTest::EvilBool;

@@ -26,7 +26,9 @@ my @SAMPLING_ORDER = qw(greedy temperature top_k top_p min_p repeat_penalty pres
     penalty_last_n seed);
 
 my %SAMPLE_DEFAULTS   = (%SAMPLING, history => undef);
-my %GENERATE_DEFAULTS = (%SAMPLING, max_tokens => 128, eos_token => undef, stop => [], callback => undef);
+my %GENERATE_DEFAULTS = (%SAMPLING, max_tokens => 128, eos_token => undef, stop => [], callback => undef,
+    on_text => undef, cache => undef, stats => undef);
+my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds generate_seconds);
 
 # The forward family: for each spelling, the leading positional arguments it
 # takes, the named options it accepts, and what it needs.
@@ -144,14 +146,34 @@ sub generate {
     $prompt //= $opt{prompt};
     Lugh::_croak('Lugh::Inference->generate: missing prompt (an array of token ids)') unless defined $prompt;
     my $stop = !defined $opt{stop} ? [] : ref $opt{stop} eq 'ARRAY' ? $opt{stop} : [ $opt{stop} ];
-    # The callback's result is tested for truth inside the call (which runs
+    my $stats = $opt{stats};
+    Lugh::_croak('Lugh::Inference->generate: stats must be a hash reference to fill, like stats => \\my %stats')
+        if defined $stats && ref $stats ne 'HASH';
+    # Each callback's result is tested for truth inside the call (which runs
     # under an eval), so a result whose bool overload dies throws like a die
     # in the callback, and the session is released.
-    my $cb = $opt{callback};
-    my $callback = ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb;
-    my @ids = _generate($self, $prompt, @opt{qw(max_tokens eos_token)}, $stop, $callback,
+    my @callbacks = map { my $cb = $_; ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb } @opt{qw(callback on_text)};
+    my ($ids, @report) = _generate($self, $prompt, $opt{cache}, @opt{qw(max_tokens eos_token)}, $stop, @callbacks,
         @opt{@SAMPLING_ORDER});
-    return wantarray ? @ids : \@ids;
+    if ($stats) {
+        %$stats = (n_generated => scalar @$ids);
+        @{$stats}{@STATS} = @report;
+        for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
+            ['tokens_per_second', 'n_generated', 'generate_seconds'])
+        {
+            my ($rate, $count, $seconds) = @$_;
+            $stats->{$rate} = $stats->{$seconds} > 0 ? $stats->{$count} / $stats->{$seconds} : 0;
+        }
+    }
+    return wantarray ? @$ids : $ids;
+}
+
+# The option names generate() accepts (Lugh::Chat passes them on).
+sub _generate_options { return sort keys %GENERATE_DEFAULTS }
+
+sub chat {
+    my ($self, @args) = @_;
+    return Lugh::Chat->_one_shot($self, @args);
 }
 
 sub create_kv_cache {
@@ -411,6 +433,68 @@ the same object); the inference object stays usable.
 
 Croaks before computing anything when the prompt is empty or has an id out
 of range, or when the prompt plus C<max_tokens> does not fit in C<n_ctx>.
+
+=head3 Text as it is generated
+
+    $inference->generate(\@prompt, stop => ["\nUser:"], on_text => sub {
+        my ($text) = @_;
+        print $text;
+        return 0;               # true stops the generation
+    });
+
+C<on_text> receives the generated text in pieces of whole UTF-8 characters
+(a character split across tokens comes once it is complete). Text that could
+be the beginning of a stop string is held back until it is known not to be;
+a stop string, and anything after it, is never passed. Its return value
+stops generation like the callback's. Both C<callback> and C<on_text> may be
+given.
+
+=head3 Continuing a KV cache
+
+    my $cache = $inference->create_kv_cache;
+    my @reply = $inference->generate(\@turn1, cache => $cache);
+    # turn 2: the whole conversation again; only what is new is evaluated
+    my @turn2 = (@turn1, @reply, @next_question);
+    $inference->generate(\@turn2, cache => $cache, stats => \my %stats);
+    print "$stats{n_reused} tokens reused, $stats{n_evaluated} evaluated\n";
+
+With C<cache>, the prompt is the whole context: the longest prefix of it that
+the cache already holds (see L<Lugh::KVCache/tokens>) is kept, the rest of
+the cache is dropped, and only the remaining prompt tokens are evaluated (at
+least the last one, whose logits are needed). The generated tokens are
+appended to the cache, all but the last one. While the generation runs, the
+cache cannot be used by the callbacks.
+
+=head3 Statistics
+
+    $inference->generate(\@prompt, stats => \my %stats);
+    print "stopped by $stats{stop_reason} after $stats{n_generated} tokens,",
+        " $stats{tokens_per_second} tokens/s\n";
+
+C<stats> takes a hash reference, which is filled with: C<stop_reason>
+(C<eog>: an end-of-generation token; C<stop>: a stop string; C<max_tokens>;
+C<callback>: a callback returned true), C<text> (the generated text, ending
+before a stop string), C<n_prompt>, C<n_reused> (prompt tokens found in the
+cache), C<n_evaluated>, C<n_generated>, C<prompt_seconds>,
+C<generate_seconds>, C<prompt_tokens_per_second> and C<tokens_per_second>.
+
+=head2 chat
+
+    my $reply = $inference->chat(
+        messages => [
+            { role => 'system', content => 'Be brief.' },
+            { role => 'user',   content => 'What is 2 + 2?' },
+        ],
+        max_tokens => 64,
+        callback   => sub { print $_[0]; 0 },    # text pieces, as on_text
+        greedy     => 1,
+    );
+
+One reply to a list of messages, rendered with the model's chat template (or
+C<template>, C<format> or C<prompt>, as in L<Lugh::Chat/new>); the reply text
+ends before the end-of-turn token. It takes every option of
+L<Lugh::Chat/new> and L<Lugh::Chat/ask>. For a conversation that goes on,
+L<Lugh::Chat> reuses the KV cache between turns.
 
 =head1 CACHES AND POOLS
 

@@ -63,6 +63,15 @@ new threads (C<CLONE_SKIP>).
 
 The number of positions stored.
 
+=head2 tokens
+
+    my @ids = $cache->tokens;
+    print scalar(@ids), " tokens: @ids[0 .. 4]\n";
+
+The token ids whose keys and values the cache holds, in position order
+(C<n_cached> of them). C<generate> with C<< cache => $cache >> compares a new
+prompt with these and evaluates only what follows their common prefix.
+
 =head2 n_ctx
 
     print $cache->n_ctx;

@@ -2,20 +2,30 @@
 //! token per step with the KV cache, until max_tokens, an end-of-generation
 //! token, a stop string, or the caller's per-token callback says stop.
 //!
+//! The prompt is the whole context: whatever leading part of it the context
+//! already holds (a conversation's earlier turns) is kept, the rest of the
+//! context is dropped, and only the new tokens are evaluated.
+//!
 //! The loop only needs "logits for the next tokens" and "the text and kind of
 //! a token", so it is written against two small traits; [`CachedSession`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
 use super::inference::{ComputePool, Inference, KvCache, Output};
 use super::sampler::{Sampler, SamplerOptions};
+use super::text_stream::TextStream;
 use super::tokenizer::Vocab;
 use super::{Error, Result};
+use std::time::Instant;
 
 /// Something that turns tokens into next-token logits, keeping its context.
 pub trait LogitsSource {
-    /// Positions still free in the context.
-    fn capacity(&self) -> usize;
+    /// The tokens in the context, in order.
+    fn context(&self) -> &[i32];
+    /// The most tokens the context can hold.
+    fn n_ctx(&self) -> usize;
     /// The largest number of tokens to evaluate at once.
     fn n_batch(&self) -> usize;
+    /// Keeps only the first `n` tokens of the context.
+    fn truncate(&mut self, n: usize) -> Result<()>;
     /// Appends `tokens` to the context; the logits after the last one.
     fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>>;
 }
@@ -45,11 +55,17 @@ pub struct CachedSession<'a> {
 }
 
 impl LogitsSource for CachedSession<'_> {
-    fn capacity(&self) -> usize {
-        self.cache.n_ctx().saturating_sub(self.cache.n_cached())
+    fn context(&self) -> &[i32] {
+        self.cache.tokens()
+    }
+    fn n_ctx(&self) -> usize {
+        self.cache.n_ctx()
     }
     fn n_batch(&self) -> usize {
         self.inference.n_batch()
+    }
+    fn truncate(&mut self, n: usize) -> Result<()> {
+        self.cache.resize(n)
     }
     fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
         let mut logits = self.inference.forward(self.cache, tokens, Output::Last, self.pool.as_deref_mut())?;
@@ -66,46 +82,76 @@ pub struct GenerateOptions {
     pub eos_token: Option<i32>,
     /// Stops once the generated text contains one of these.
     pub stop: Vec<String>,
+    /// The caller wants the text, not only the ids.
+    pub need_text: bool,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampler: SamplerOptions::default(), eos_token: None, stop: Vec::new() }
-    }
-}
-
-/// Finds stop strings in the text generated so far, including strings that
-/// span several tokens: each new piece is searched together with the tail of
-/// the text before it.
-struct StopMatcher {
-    stops: Vec<Vec<u8>>,
-    text: Vec<u8>,
-    longest: usize,
-}
-
-impl StopMatcher {
-    fn new(stops: &[String]) -> StopMatcher {
-        let stops: Vec<Vec<u8>> = stops.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let longest = stops.iter().map(Vec::len).max().unwrap_or(0);
-        StopMatcher { stops, text: Vec::new(), longest }
-    }
-
-    /// Adds a piece; true when a stop string now appears. Only the text a
-    /// stop string could still end in is kept (its last longest - 1 bytes).
-    fn push(&mut self, piece: &[u8]) -> bool {
-        self.text.extend_from_slice(piece);
-        let found = self.stops.iter().any(|s| self.text.windows(s.len()).any(|w| w == s.as_slice()));
-        let keep = self.longest.saturating_sub(1);
-        if self.text.len() > keep {
-            self.text.drain(..self.text.len() - keep);
+        GenerateOptions {
+            max_tokens: 128,
+            sampler: SamplerOptions::default(),
+            eos_token: None,
+            stop: Vec::new(),
+            need_text: false,
         }
-        found
     }
 }
 
-/// Runs the loop. `on_token(id, count)` is called once per generated token
-/// (count from 1); Ok(true) stops after that token, and an Err stops at once
-/// and is returned as it is. Returns the generated ids, not the prompt.
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model's end-of-generation token (or the caller's eos_token).
+    EndOfGeneration,
+    MaxTokens,
+    StopString,
+    /// The per-token callback asked to stop.
+    Callback,
+}
+
+impl StopReason {
+    /// The name Perl sees.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration => "eog",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::StopString => "stop",
+            StopReason::Callback => "callback",
+        }
+    }
+}
+
+/// What one generation did.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The generated ids (not the prompt, not the end-of-generation token).
+    pub tokens: Vec<i32>,
+    /// Their text, ending before a stop string (empty without a vocabulary).
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub n_prompt: usize,
+    /// Prompt tokens that were already in the context and not evaluated.
+    pub n_reused: usize,
+    /// Prompt tokens evaluated (none when max_tokens is 0).
+    pub n_evaluated: usize,
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
+}
+
+/// One generated token as the callback sees it: its id, how many tokens
+/// have been generated, and the text it released (whole characters, never
+/// part of a stop string; often empty while a character or a possible stop
+/// string is incomplete).
+pub struct Step<'a> {
+    pub id: i32,
+    pub count: usize,
+    pub text: &'a str,
+}
+
+/// Runs the loop. `on_token` is called once per generated token; Ok(true)
+/// stops after that token, and an Err stops at once and is returned as it
+/// is. `on_end` receives the text still held back when generation ends
+/// (called only when non-empty).
 ///
 /// End-of-generation tokens end the loop and are not returned (nor passed to
 /// the callback); the token that completes a stop string is returned.
@@ -114,44 +160,82 @@ pub fn generate<E: From<Error>>(
     tokens: Option<&dyn TokenText>,
     prompt: &[i32],
     options: &GenerateOptions,
-    mut on_token: impl FnMut(i32, usize) -> std::result::Result<bool, E>,
-) -> std::result::Result<Vec<i32>, E> {
+    mut on_token: impl FnMut(&Step) -> std::result::Result<bool, E>,
+    mut on_end: impl FnMut(&str) -> std::result::Result<(), E>,
+) -> std::result::Result<Generation, E> {
+    // At least the last prompt token is evaluated: its logits are needed.
+    let n_reused = common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1));
     check(source, tokens, prompt, options)?;
     let mut sampler = Sampler::new(options.sampler.clone())?;
-    let mut generated = Vec::new();
+    let mut result = Generation {
+        tokens: Vec::new(),
+        text: String::new(),
+        stop_reason: StopReason::MaxTokens,
+        n_prompt: prompt.len(),
+        n_reused,
+        n_evaluated: 0,
+        prompt_seconds: 0.0,
+        generate_seconds: 0.0,
+    };
     if options.max_tokens == 0 {
-        return Ok(generated);
+        return Ok(result);
     }
     let is_eog = |id: i32| match (options.eos_token, tokens) {
         (Some(eos), _) => id == eos,
         (None, Some(t)) => t.is_eog(id),
         (None, None) => false,
     };
-    let mut stops = StopMatcher::new(&options.stop);
+    let mut stream = TextStream::new(&options.stop);
 
+    let started = Instant::now();
+    source.truncate(n_reused)?;
     let mut logits = Vec::new();
-    for chunk in prompt.chunks(source.n_batch().max(1)) {
+    for chunk in prompt[n_reused..].chunks(source.n_batch().max(1)) {
         logits = source.forward(chunk)?;
     }
+    result.prompt_seconds = started.elapsed().as_secs_f64();
+    result.n_evaluated = prompt.len() - n_reused;
+    let started = Instant::now();
     let mut history = prompt.to_vec();
     loop {
         let id = sampler.sample(&logits, &history)?;
         if is_eog(id) {
+            result.stop_reason = StopReason::EndOfGeneration;
             break;
         }
-        generated.push(id);
+        result.tokens.push(id);
         history.push(id);
-        let stop_asked = on_token(id, generated.len())?;
-        let stop_found = match tokens {
-            Some(t) if !options.stop.is_empty() => stops.push(&t.piece(id)?),
-            _ => false,
+        let released = match tokens {
+            Some(t) => stream.push(&t.piece(id)?),
+            None => Default::default(),
         };
-        if stop_asked || stop_found || generated.len() >= options.max_tokens {
+        result.text.push_str(&released.text);
+        let step = Step { id, count: result.tokens.len(), text: &released.text };
+        let stop_asked = on_token(&step)?;
+        if released.stopped {
+            result.stop_reason = StopReason::StopString;
+            break;
+        }
+        if stop_asked {
+            result.stop_reason = StopReason::Callback;
+            break;
+        }
+        if result.tokens.len() >= options.max_tokens {
             break;
         }
         logits = source.forward(&[id])?;
     }
-    Ok(generated)
+    result.generate_seconds = started.elapsed().as_secs_f64();
+    let rest = stream.finish();
+    if !rest.is_empty() {
+        result.text.push_str(&rest);
+        on_end(&rest)?;
+    }
+    Ok(result)
+}
+
+fn common_prefix(a: &[i32], b: &[i32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Everything that can be known wrong before computing anything.
@@ -173,13 +257,13 @@ fn check(
     }
     // Every generated token but the last is fed back.
     let needed = prompt.len() + options.max_tokens.saturating_sub(1);
-    if needed > source.capacity() {
+    if needed > source.n_ctx() {
         return Err(Error::Argument(format!(
             "the prompt ({} tokens) plus max_tokens ({}) needs {needed} positions, but the context has {} free \
              (raise n_ctx or lower max_tokens)",
             prompt.len(),
             options.max_tokens,
-            source.capacity()
+            source.n_ctx(),
         )));
     }
     Ok(())
@@ -198,11 +282,18 @@ mod tests {
     }
 
     impl LogitsSource for Counter {
-        fn capacity(&self) -> usize {
-            self.n_ctx - self.seen.len()
+        fn context(&self) -> &[i32] {
+            &self.seen
+        }
+        fn n_ctx(&self) -> usize {
+            self.n_ctx
         }
         fn n_batch(&self) -> usize {
             4
+        }
+        fn truncate(&mut self, n: usize) -> Result<()> {
+            self.seen.truncate(n);
+            Ok(())
         }
         fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
             self.seen.extend_from_slice(tokens);
@@ -234,11 +325,33 @@ mod tests {
     fn run(
         prompt: &[i32],
         options: &GenerateOptions,
-        cb: impl FnMut(i32, usize) -> std::result::Result<bool, Error>,
+        mut cb: impl FnMut(i32, usize) -> std::result::Result<bool, Error>,
     ) -> (Result<Vec<i32>>, Counter) {
         let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
-        let out = generate(&mut model, Some(&Letters), prompt, options, cb);
-        (out, model)
+        let out = generate(&mut model, Some(&Letters), prompt, options, |s: &Step| cb(s.id, s.count), |_| Ok(()));
+        (out.map(|g| g.tokens), model)
+    }
+
+    fn run_full(model: &mut Counter, prompt: &[i32], options: &GenerateOptions) -> (Generation, Vec<String>) {
+        let mut texts = Vec::new();
+        let mut ends = Vec::new();
+        let g = generate::<Error>(
+            model,
+            Some(&Letters),
+            prompt,
+            options,
+            |s: &Step| {
+                texts.push(s.text.to_string());
+                Ok(false)
+            },
+            |rest| {
+                ends.push(rest.to_string());
+                Ok(())
+            },
+        )
+        .unwrap();
+        texts.extend(ends.into_iter().map(|e| format!("end:{e}")));
+        (g, texts)
     }
 
     #[test]
@@ -303,6 +416,47 @@ mod tests {
         // Exactly full: the last token is not fed back.
         let (out, _) = run(&[0; 60], &greedy(5), |_, _| Ok(false));
         assert_eq!(out.unwrap().len(), 5);
+    }
+
+    #[test]
+    fn reports_why_it_stopped_and_the_text() {
+        let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
+        let (g, _) = run_full(&mut model, &[4], &greedy(10));
+        assert_eq!((g.stop_reason, g.text.as_str()), (StopReason::EndOfGeneration, "fg"));
+        let (g, _) = run_full(&mut model, &[0], &greedy(2));
+        assert_eq!(g.stop_reason, StopReason::MaxTokens);
+        let options = GenerateOptions { stop: vec!["cd".into()], ..greedy(10) };
+        let (g, texts) = run_full(&mut model, &[0], &options);
+        assert_eq!(g.stop_reason, StopReason::StopString);
+        assert_eq!(g.tokens, vec![1, 2, 3]);
+        assert_eq!(g.text, "b", "the stop string is not part of the text");
+        assert_eq!(texts, ["b", "", ""], "'c' is held back until 'd' shows it starts the stop string");
+        let options = GenerateOptions { stop: vec!["cx".into()], ..greedy(2) };
+        let (g, texts) = run_full(&mut model, &[0], &options);
+        assert_eq!(texts, ["b", "", "end:c"], "a held-back false start is released at the end");
+        assert_eq!(g.text, "bc");
+    }
+
+    #[test]
+    fn the_context_keeps_the_prompt_prefix_it_shares() {
+        let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
+        let (g, _) = run_full(&mut model, &[0, 0, 0], &greedy(2));
+        assert_eq!((g.n_prompt, g.n_reused), (3, 0));
+        assert_eq!(model.seen, vec![0, 0, 0, 1], "the last generated token is not fed back");
+        model.calls.clear();
+        // the next turn: the whole conversation so far plus new tokens
+        let (g, _) = run_full(&mut model, &[0, 0, 0, 1, 2, 5, 5], &greedy(1));
+        assert_eq!((g.n_prompt, g.n_reused), (7, 4));
+        assert_eq!(model.calls, vec![3], "only the tokens not in the context are evaluated");
+        // an earlier token changed: roll back to the common prefix
+        model.calls.clear();
+        let (g, _) = run_full(&mut model, &[0, 3, 3], &greedy(1));
+        assert_eq!(g.n_reused, 1);
+        assert_eq!(model.calls, vec![2]);
+        // the same prompt again: its last token is evaluated again for its logits
+        model.calls.clear();
+        let (g, _) = run_full(&mut model, &[0, 3, 3], &greedy(1));
+        assert_eq!((g.n_reused, model.calls.clone()), (2, vec![1]));
     }
 
     #[test]

@@ -402,7 +402,7 @@ impl Inference {
             }
         }
         for (cache, tokens) in segs.iter_mut() {
-            cache.advance(tokens.len());
+            cache.advance(tokens);
         }
         let n_vocab = self.hp.n_vocab;
         // row by row: each row is read once, straight into its own vector

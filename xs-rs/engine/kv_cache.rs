@@ -36,7 +36,9 @@ pub struct KvCache {
     id: u64,
     layout: CacheLayout,
     n_ctx: usize,
-    n_cached: usize,
+    /// The token at each filled position, so a later prompt can reuse the
+    /// longest prefix it shares with them.
+    tokens: Vec<i32>,
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     // Drop order: the buffer before the context describing its tensors.
@@ -68,7 +70,7 @@ impl KvCache {
             id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             layout,
             n_ctx,
-            n_cached: 0,
+            tokens: Vec::new(),
             k,
             v,
             buffer,
@@ -83,7 +85,11 @@ impl KvCache {
         &self.layout
     }
     pub fn n_cached(&self) -> usize {
-        self.n_cached
+        self.tokens.len()
+    }
+    /// The tokens whose keys and values are stored, in position order.
+    pub fn tokens(&self) -> &[i32] {
+        &self.tokens
     }
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
@@ -92,44 +98,45 @@ impl KvCache {
         self.layout.n_layer
     }
     pub fn free_cells(&self) -> usize {
-        self.n_ctx - self.n_cached
+        self.n_ctx - self.n_cached()
     }
     pub fn size_bytes(&self) -> usize {
         self.buffer.size()
     }
 
     pub fn clear(&mut self) {
-        self.n_cached = 0;
+        self.tokens.clear();
     }
 
     /// Rolls back to the first `n` positions (n <= n_cached, else Error).
     pub fn resize(&mut self, n: usize) -> Result<()> {
-        if n > self.n_cached {
+        if n > self.n_cached() {
             return Err(Error::Argument(format!(
                 "cannot resize the KV cache to {n} positions: it holds only {} (resize only rolls back)",
-                self.n_cached
+                self.n_cached()
             )));
         }
-        self.n_cached = n;
+        self.tokens.truncate(n);
         Ok(())
     }
 
-    /// Marks `n` more positions as filled (after a successful compute).
-    pub(crate) fn advance(&mut self, n: usize) {
-        debug_assert!(self.n_cached + n <= self.n_ctx);
-        self.n_cached += n;
+    /// Records `tokens` as the next filled positions (after a successful
+    /// compute).
+    pub(crate) fn advance(&mut self, tokens: &[i32]) {
+        debug_assert!(self.n_cached() + tokens.len() <= self.n_ctx);
+        self.tokens.extend_from_slice(tokens);
     }
 
     /// The cells a graph over `n_new` more tokens attends to: llama.cpp's
     /// `get_n_kv`, all used cells padded to 256, at most the cache size.
     pub fn n_kv(&self, n_new: usize) -> usize {
-        let used = self.n_cached + n_new;
+        let used = self.n_cached() + n_new;
         self.layout.kv_size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
     }
 
     /// The cell indices the new tokens go to (llama.cpp's k_idxs).
     pub fn k_idxs(&self, n_new: usize) -> Vec<i64> {
-        (self.n_cached..self.n_cached + n_new).map(|c| c as i64).collect()
+        (self.n_cached()..self.n_cached() + n_new).map(|c| c as i64).collect()
     }
 
     /// The element indices for the V rows: one per token, or with V
@@ -140,7 +147,7 @@ impl KvCache {
         }
         let (kv_size, n_embd) = (self.layout.kv_size as i64, self.layout.n_embd_v_gqa as i64);
         let mut out = Vec::with_capacity(n_new * n_embd as usize);
-        for cell in self.n_cached as i64..(self.n_cached + n_new) as i64 {
+        for cell in self.n_cached() as i64..(self.n_cached() + n_new) as i64 {
             out.extend((0..n_embd).map(|e| e * kv_size + cell));
         }
         out

@@ -15,6 +15,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod sampler;
 pub mod session;
+pub mod text_stream;
 pub mod tokenizer;
 pub mod validate;
 pub mod weights;

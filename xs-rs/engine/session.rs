@@ -6,7 +6,7 @@
 //! No lock is held while perl code runs (the generate callback may call back
 //! into the same session): scratch caches and the session's default pool are
 //! taken out of their slots for the duration of a call and put back afterwards.
-use super::generate::{self, CachedSession, GenerateOptions, TokenText};
+use super::generate::{self, CachedSession, GenerateOptions, Generation, Step, TokenText};
 use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
 use super::model::Model;
 use super::{Error, Result};
@@ -39,7 +39,8 @@ pub struct PoolHandle {
     pool: Mutex<ComputePool>,
 }
 
-const LOST: &str = "this KV cache was lost to an internal error; create a new one";
+const LOST: &str = "this KV cache is in use by a generate call running on it (or was lost to an internal error)";
+const BUSY: &str = "this KV cache is already in use by a generate call running on it";
 
 impl CacheHandle {
     /// Runs `f` on the cache.
@@ -170,28 +171,42 @@ impl Session {
         result
     }
 
-    /// Generates from `prompt` on a fresh scratch cache. See
-    /// [`generate::generate`] for the callback's contract.
+    /// Generates from `prompt`, on `cache` (keeping the prefix of the prompt
+    /// it already holds, see [`generate::generate`]) or on a fresh scratch
+    /// cache. The cache is out of its slot while the callbacks run, so a
+    /// callback that uses it gets an error rather than a deadlock.
     pub fn generate<E: From<Error>>(
         &self,
         prompt: &[i32],
+        cache: Option<&CacheHandle>,
         options: &GenerateOptions,
-        on_token: impl FnMut(i32, usize) -> std::result::Result<bool, E>,
-    ) -> std::result::Result<Vec<i32>, E> {
-        // The model's own end-of-generation tokens and stop strings need the
-        // vocabulary; a user's eos_token alone does not.
-        let vocab = if options.eos_token.is_none() || !options.stop.is_empty() {
-            Some(self.engine.model().vocab()?)
-        } else {
-            None
+        on_token: impl FnMut(&Step) -> std::result::Result<bool, E>,
+        on_end: impl FnMut(&str) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Generation, E> {
+        // The model's own end-of-generation tokens, stop strings and text
+        // need the vocabulary; a user's eos_token alone does not, so a model
+        // without a usable one can still generate ids.
+        let vocab = match self.engine.model().vocab() {
+            Ok(v) => Some(v),
+            Err(_) if options.eos_token.is_some() && options.stop.is_empty() && !options.need_text => None,
+            Err(e) => return Err(e.into()),
         };
-        let mut cache = self.take_scratch(1)?.pop().expect("one cache");
+        let mut kv = match cache {
+            Some(c) => {
+                self.check_owner(&c.session, "KV cache")?;
+                lock(&c.cache).take().ok_or_else(|| Error::Argument(BUSY.into()))?
+            }
+            None => self.take_scratch(1)?.pop().expect("one cache"),
+        };
         let mut pool = self.engine.take_default_pool()?;
-        let mut source = CachedSession { inference: &self.engine, cache: &mut cache, pool: Some(&mut pool) };
+        let mut source = CachedSession { inference: &self.engine, cache: &mut kv, pool: Some(&mut pool) };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
-        let result = generate::generate(&mut source, text, prompt, options, on_token);
+        let result = generate::generate(&mut source, text, prompt, options, on_token, on_end);
         self.engine.put_default_pool(pool);
-        self.return_scratch(vec![cache]);
+        match cache {
+            Some(c) => *lock(&c.cache) = Some(kv),
+            None => self.return_scratch(vec![kv]),
+        }
         result
     }
 }

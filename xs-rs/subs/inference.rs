@@ -1,7 +1,7 @@
 //! XS subs of Lugh::Inference. Option names, defaults and the many spellings
 //! of forward live in Lugh/Inference.pm; these subs take typed positional
 //! arguments (undef = not given).
-use crate::engine::generate::GenerateOptions;
+use crate::engine::generate::{GenerateOptions, Step};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
@@ -183,13 +183,15 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {
-        args.expect(16, 16, c"self, prompt, max_tokens, eos_token, stop, callback, greedy, temperature, top_k, \
-            top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, seed");
+        args.expect(18, 18, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, greedy, \
+            temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, \
+            seed");
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
         let prompt = perl.token_array_arg(args.get(1), "prompt", n_vocab)?;
-        let eos_token = optional(perl, args.get(3), |sv| {
+        let cache = cache_arg(perl, args.get(2))?;
+        let eos_token = optional(perl, args.get(4), |sv| {
             let id = perl.int_arg(sv, "eos_token")?;
             if id < 0 || id as u64 >= n_vocab as u64 {
                 return Err(Error::Argument(format!("eos_token {id} is out of range [0, {n_vocab})")));
@@ -197,27 +199,53 @@ xs_subs! { "Lugh::Inference";
             Ok(id as i32)
         })?;
         let stop = perl
-            .array_arg(args.get(4), "stop")?
+            .array_arg(args.get(5), "stop")?
             .into_iter()
             .enumerate()
             .map(|(i, sv)| perl.string_arg(sv, &format!("stop string {i}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let callback = perl.code_arg(args.get(5), "callback")?;
+        let callback = perl.code_arg(args.get(6), "callback")?;
+        let on_text = perl.code_arg(args.get(7), "on_text")?;
         let options = GenerateOptions {
-            max_tokens: ranged_arg(perl, args.get(2), "max_tokens", 0, i32::MAX as i64)?,
-            sampler: sampler_options(args, 6)?,
+            max_tokens: ranged_arg(perl, args.get(3), "max_tokens", 0, i32::MAX as i64)?,
+            sampler: sampler_options(args, 8)?,
             eos_token,
             stop,
+            need_text: on_text.is_some(),
         };
-        let on_token = |id: i32, count: usize| -> Result<bool, XsError> {
-            let Some(cb) = callback else { return Ok(false) };
-            match call_callback(perl, cb, &[perl.int(id as i64), perl.int(count as i64)]) {
-                Ok(ret) => Ok(perl.is_true(ret)),
-                Err(exception) => Err(XsError::Perl(exception)),
+        // Each callback's result is already 1 or 0 (the .pm tests its truth
+        // inside the call, under the eval).
+        let call = |cb: Sv, args: &[Sv]| -> Result<bool, XsError> {
+            call_callback(perl, cb, args).map(|ret| perl.is_true(ret)).map_err(XsError::Perl)
+        };
+        let on_token = |step: &Step| -> Result<bool, XsError> {
+            let mut stop = false;
+            if let Some(cb) = callback {
+                stop |= call(cb, &[perl.int(step.id as i64), perl.int(step.count as i64)])?;
             }
+            if let (Some(cb), false) = (on_text, step.text.is_empty()) {
+                stop |= call(cb, &[perl.str(step.text)])?;
+            }
+            Ok(stop)
         };
-        let ids = s.generate(&prompt, &options, on_token)?;
-        Ok(Ret::List(ids.iter().map(|&id| perl.int(id as i64)).collect()))
+        let on_end = |rest: &str| -> Result<(), XsError> {
+            if let Some(cb) = on_text {
+                call(cb, &[perl.str(rest)])?;
+            }
+            Ok(())
+        };
+        let g = s.generate(&prompt, cache.as_deref(), &options, on_token, on_end)?;
+        let ids: Vec<i64> = g.tokens.iter().map(|&id| id as i64).collect();
+        Ok(Ret::List(vec![
+            perl.int_array_ref(&ids),
+            perl.str(g.stop_reason.name()),
+            perl.str(&g.text),
+            perl.int(g.n_prompt as i64),
+            perl.int(g.n_reused as i64),
+            perl.int(g.n_evaluated as i64),
+            perl.float(g.prompt_seconds),
+            perl.float(g.generate_seconds),
+        ]))
     }
 
     fn _create_kv_cache(args) as "Lugh::Inference->create_kv_cache" {

@@ -24,6 +24,14 @@ xs_subs! { "Lugh::KVCache";
         Ok(Ret::One(perl.int(n as i64)))
     }
 
+    fn tokens(args) {
+        args.expect(1, 1, c"self");
+        let c = this(args)?;
+        let perl = args.perl();
+        let ids = c.with(|kv| Ok(kv.tokens().iter().map(|&id| perl.int(id as i64)).collect()))?;
+        Ok(Ret::List(ids))
+    }
+
     fn clear(args) {
         args.expect(1, 1, c"self");
         this(args)?.with(|kv| {

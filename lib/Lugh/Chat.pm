@@ -1,0 +1,371 @@
+package Lugh::Chat;
+
+use strict;
+use warnings;
+use Scalar::Util ();
+
+our $VERSION = '0.20';
+
+# Generation options a chat passes on to Lugh::Inference->generate, as
+# defaults in new() and per turn in ask()/say().
+my @GENERATE_OPTIONS = grep { !/\A(?:cache|stats|callback|on_text|prompt)\z/ } Lugh::Inference::_generate_options();
+
+my %NEW_DEFAULTS = (
+    inference => undef, tokenizer => undef, system => undef,
+    prompt    => undef, template  => undef, format => undef,
+    overflow  => 'error', max_tokens => 512,
+    (map { $_ => undef } grep { $_ ne 'max_tokens' } @GENERATE_OPTIONS),
+);
+my %TURN_DEFAULTS = (callback => undef, (map { $_ => undef } @GENERATE_OPTIONS));
+my %OVERFLOW = map { $_ => 1 } qw(error drop_oldest);
+
+sub new {
+    my ($class, @args) = @_;
+    my %opt = Lugh::_options('Lugh::Chat->new', \%NEW_DEFAULTS, @args);
+    my $inference = $opt{inference};
+    Lugh::_croak('Lugh::Chat->new: missing inference => $inference (a Lugh::Inference)')
+        unless Scalar::Util::blessed($inference) && $inference->isa('Lugh::Inference');
+    Lugh::_croak("Lugh::Chat->new: overflow must be 'error' or 'drop_oldest', got '$opt{overflow}'")
+        unless defined $opt{overflow} && $OVERFLOW{ $opt{overflow} };
+    my $model = $inference->model;
+    my $prompt = _prompt_from(\%opt, $model);
+    my $tokenizer = $opt{tokenizer} // Lugh::Tokenizer->new(model => $model);
+    my %generate = map { defined $opt{$_} ? ($_ => $opt{$_}) : () } @GENERATE_OPTIONS;
+    my $self = bless {
+        inference => $inference,
+        tokenizer => $tokenizer,
+        prompt    => $prompt,
+        overflow  => $opt{overflow},
+        generate  => \%generate,
+        messages  => [],
+        cache     => undef,    # made at the first turn
+        stats     => undef,
+    }, $class;
+    $self->system($opt{system}) if defined $opt{system};
+    return $self;
+}
+
+# The Lugh::Prompt that renders the conversation: given, or made from a
+# template source, a format name, or the model's own template.
+sub _prompt_from {
+    my ($opt, $model) = @_;
+    my @given = grep { defined $opt->{$_} } qw(prompt template format);
+    Lugh::_croak("Lugh::Chat->new: give one of prompt, template and format, not @given") if @given > 1;
+    return Lugh::Prompt->new(model => $model) unless @given;
+    my $prompt = $opt->{prompt};
+    if (defined $prompt) {
+        Lugh::_croak('Lugh::Chat->new: prompt must be a Lugh::Prompt')
+            unless Scalar::Util::blessed($prompt) && $prompt->isa('Lugh::Prompt');
+        return $prompt;
+    }
+    return Lugh::Prompt->new($given[0] => $opt->{ $given[0] }, model => $model);
+}
+
+sub inference { return $_[0]{inference} }
+sub tokenizer { return $_[0]{tokenizer} }
+sub prompt    { return $_[0]{prompt} }
+sub cache     { return $_[0]{cache} //= $_[0]{inference}->create_kv_cache }
+
+# A copy of the last turn's statistics (see Lugh::Inference->generate).
+sub stats {
+    my ($self) = @_;
+    return $self->{stats} ? { %{ $self->{stats} } } : undef;
+}
+
+sub finish_reason {
+    my ($self) = @_;
+    return $self->{stats} ? $self->{stats}{stop_reason} : undef;
+}
+
+sub system {
+    my ($self, @text) = @_;
+    my $messages = $self->{messages};
+    my $has = @$messages && $messages->[0]{role} eq 'system';
+    return $has ? $messages->[0]{content} : undef unless @text;
+    my ($text) = @text;
+    if (!defined $text) { shift @$messages if $has; return undef }
+    Lugh::_croak('Lugh::Chat->system: the system text must be a string') if ref $text;
+    if ($has) { $messages->[0]{content} = $text }
+    else      { unshift @$messages, { role => 'system', content => $text } }
+    return $text;
+}
+
+sub messages {
+    my ($self, @new) = @_;
+    if (@new) {
+        my ($list) = @new;
+        Lugh::_croak('Usage: $chat->messages or $chat->messages(\@messages)') unless @new == 1 && ref $list eq 'ARRAY';
+        $self->{messages} = [ map { _message($_, 'Lugh::Chat->messages') } @$list ];
+    }
+    return map { {%$_} } @{ $self->{messages} };
+}
+
+sub add_message {
+    my ($self, $role, $content) = @_;
+    push @{ $self->{messages} }, _message({ role => $role, content => $content }, 'Lugh::Chat->add_message');
+    return $self;
+}
+
+sub _message {
+    my ($m, $method) = @_;
+    Lugh::_croak("$method: a message must be a hash reference with role and content") unless ref $m eq 'HASH';
+    for my $key (qw(role content)) {
+        Lugh::_croak("$method: a message needs a $key") unless defined $m->{$key};
+    }
+    Lugh::_croak("$method: the role must be a string") if ref $m->{role};
+    return {%$m};
+}
+
+# Forgets the turns, keeps the system text. The KV cache is kept: the next
+# turn reuses whatever prefix (the system turn) it still shares.
+sub reset {
+    my ($self) = @_;
+    my $system = $self->system;
+    $self->{messages} = [];
+    $self->system($system) if defined $system;
+    $self->{stats} = undef;
+    return $self;
+}
+
+sub ask {
+    my ($self, $text, @args) = @_;
+    return $self->_turn('Lugh::Chat->ask', $text, @args);
+}
+
+sub say {
+    my ($self, $text, @args) = @_;
+    my %opt = @args % 2 ? () : @args;
+    return $self->_turn('Lugh::Chat->say', $text, @args) if $opt{callback};
+    local $| = 1;
+    my $reply = $self->_turn('Lugh::Chat->say', $text, @args, callback => sub { print $_[0]; 0 });
+    print "\n";
+    return $reply;
+}
+
+sub _turn {
+    my ($self, $method, $text, @args) = @_;
+    Lugh::_croak("$method: give the user's text") unless defined $text && !ref $text;
+    my %opt = Lugh::_options($method, \%TURN_DEFAULTS, @args);
+    push @{ $self->{messages} }, { role => 'user', content => $text };
+    my $reply = eval { $self->_reply($method, \%opt) };
+    if (my $error = $@) {
+        pop @{ $self->{messages} };    # the turn did not happen
+        die $error;
+    }
+    push @{ $self->{messages} }, { role => 'assistant', content => $reply };
+    return $reply;
+}
+
+# Generates the assistant's next message for the conversation as it stands.
+sub _reply {
+    my ($self, $method, $opt) = @_;
+    my %generate = (%{ $self->{generate} }, map { defined $opt->{$_} ? ($_ => $opt->{$_}) : () } @GENERATE_OPTIONS);
+    $generate{max_tokens} //= 512;
+    my $tokens = $self->_fitting_prompt($method, $generate{max_tokens});
+    my $callback = $opt->{callback};
+    $generate{on_text} = $callback if defined $callback;
+    # A one-shot reply needs no cache of its own: generate's scratch cache
+    # is reused across calls.
+    my $cache = $self->{one_shot} ? undef : $self->cache;
+    $self->{inference}->generate($tokens, %generate, cache => $cache, stats => \my %stats);
+    $self->{stats} = \%stats;
+    return $stats{text};
+}
+
+# The rendered conversation's tokens, after dropping the oldest turns if the
+# overflow policy allows and the context needs it.
+sub _fitting_prompt {
+    my ($self, $method, $max_tokens) = @_;
+    my $n_ctx = $self->{inference}->n_ctx;
+    while (1) {
+        my $tokens = $self->_tokens;
+        my $needed = @$tokens + $max_tokens - 1;
+        return $tokens if $needed <= $n_ctx;
+        my $messages = $self->{messages};
+        my $first = @$messages && $messages->[0]{role} eq 'system' ? 1 : 0;
+        # Keep the newest message (the question being asked).
+        if ($self->{overflow} eq 'drop_oldest' && @$messages - $first > 1) {
+            splice @$messages, $first, 1;
+            shift @$messages while @$messages > $first + 1 && $messages->[$first]{role} ne 'user';
+            next;
+        }
+        Lugh::_croak("$method: the conversation (" . scalar(@$tokens) . " tokens) plus max_tokens ($max_tokens)"
+                . " needs $needed positions, but n_ctx is $n_ctx"
+                . ($self->{overflow} eq 'error'
+                    ? "; start the chat with overflow => 'drop_oldest' to forget the oldest turns, or raise n_ctx"
+                    : '; even the newest message alone does not fit: raise n_ctx or lower max_tokens'));
+    }
+}
+
+sub _tokens {
+    my ($self) = @_;
+    my $text = $self->{prompt}->apply(@{ $self->{messages} }, add_generation_prompt => 1);
+    my $tokenizer = $self->{tokenizer};
+    my @ids = $tokenizer->encode($text, parse_special => 1, add_special => 0);
+    # Templates write the BOS token themselves when the model wants one; add
+    # it only where the template did not.
+    my $bos = $tokenizer->bos_id;
+    unshift @ids, $bos if $tokenizer->add_bos && defined $bos && $bos >= 0 && (!@ids || $ids[0] != $bos);
+    return \@ids;
+}
+
+# One-shot: a reply to a list of messages, without keeping a conversation.
+sub _one_shot {
+    my ($class, $inference, @args) = @_;
+    my $method = 'Lugh::Inference->chat';
+    my %opt = Lugh::_options($method, { %NEW_DEFAULTS, %TURN_DEFAULTS, messages => undef }, @args);
+    Lugh::_croak("$method: missing messages => [...] (hash references with role and content)")
+        unless ref $opt{messages} eq 'ARRAY' && @{ $opt{messages} };
+    Lugh::_croak("$method: give the inference object as the invocant, not as an option") if defined $opt{inference};
+    my %turn = map { $_ => delete $opt{$_} } grep { $_ ne 'max_tokens' } keys %TURN_DEFAULTS;
+    my $messages = delete $opt{messages};
+    my $chat = $class->new(%opt, inference => $inference);
+    $chat->{one_shot} = 1;
+    $chat->messages([ $chat->messages, @$messages ]);
+    return $chat->_reply($method, \%turn);
+}
+
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Lugh::Chat - a conversation with a chat model that keeps its KV cache between turns
+
+=head1 SYNOPSIS
+
+    use Lugh;
+    my $model     = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    my $inference = Lugh::Inference->new(model => $model, n_ctx => 2048);
+    my $chat      = Lugh::Chat->new(
+        inference   => $inference,
+        system      => 'You are a terse assistant.',
+        temperature => 0.7,
+    );
+
+    $chat->say('What is the capital of France?');       # streams the reply to STDOUT
+    my $reply = $chat->ask('And of Germany?');          # returns it
+    $chat->ask('Which is bigger?', callback => sub { print $_[0]; 0 });
+
+    printf "%s: %s\n", $_->{role}, $_->{content} for $chat->messages;
+    printf "evaluated %d new tokens, reused %d\n", @{ $chat->stats }{qw(n_evaluated n_reused)};
+
+=head1 DESCRIPTION
+
+A Lugh::Chat holds a conversation: the messages so far, the L<Lugh::Prompt>
+that renders them (by default the model's own chat template, stored in the
+GGUF file), and a L<Lugh::KVCache>. Each turn renders the whole conversation
+and hands it to L<Lugh::Inference/generate> with the cache: the tokens the
+cache already holds from earlier turns are reused and only the new ones are
+evaluated. If the rendering changes earlier text (a template that rewrites
+old turns, or an edited history), the cache is rolled back to the longest
+common token prefix; nothing still valid is computed again.
+
+A reply ends at the model's end-of-turn token (which is not part of the
+reply), at a stop string (not part of the reply either), at C<max_tokens>, or
+when the callback returns true.
+
+The context never overflows silently: when the rendered conversation plus
+C<max_tokens> does not fit in C<n_ctx>, a turn croaks naming both lengths,
+unless the chat was made with C<< overflow => 'drop_oldest' >>, which then
+forgets the oldest turns (never the system message, never the new question).
+
+=head1 CONSTRUCTOR
+
+=head2 new
+
+    my $chat = Lugh::Chat->new(
+        inference  => $inference,       # required, a Lugh::Inference
+        system     => 'Be brief.',      # an optional system message
+        template   => $jinja_source,    # or format => 'chatml', or prompt => $lugh_prompt;
+                                        # default: the model's own template
+        overflow   => 'error',          # or 'drop_oldest'
+        max_tokens => 512,              # per reply
+        stop       => ["\n\nUser:"],
+        greedy     => 1,                # and any sampling option of generate()
+    );
+
+C<tokenizer> may be given; by default one is made from the model. Sampling
+options given here are the defaults of every turn; C<ask> and C<say> can
+override them for one turn.
+
+=head1 CONVERSATION
+
+=head2 ask
+
+    my $reply = $chat->ask('Name three rivers.');
+    my $reply = $chat->ask('And three lakes?', max_tokens => 64, callback => sub {
+        my ($text) = @_;      # whole UTF-8 characters, never part of a stop string
+        print $text;
+        return 0;             # true stops the reply here
+    });
+
+Adds the user's message, generates the assistant's reply, adds it to the
+conversation and returns its text. If generation croaks (or the callback
+dies), the user's message is taken back and the conversation is as before.
+
+=head2 say
+
+    $chat->say('Tell me a joke.');
+
+Like C<ask>, but without a C<callback> the reply is printed to the selected
+output handle as it is generated, followed by a newline. Returns the reply.
+
+=head2 messages
+
+    my @messages = $chat->messages;                 # copies: { role => ..., content => ... }
+    $chat->messages([ { role => 'user', content => 'Hi' },
+                      { role => 'assistant', content => 'Hello!' } ]);
+
+The conversation so far, or replaces it (the KV cache keeps whatever prefix
+still matches).
+
+=head2 add_message
+
+    $chat->add_message(user => 'Here is some context.');
+
+Appends one message without generating.
+
+=head2 system
+
+    print $chat->system;            # the system text, or undef
+    $chat->system('Answer in French.');
+    $chat->system(undef);           # no system message
+
+=head2 reset
+
+    $chat->reset;
+
+Forgets every turn, keeps the system message.
+
+=head2 stats
+
+    my $s = $chat->stats;
+    print "$s->{n_evaluated} tokens evaluated, $s->{n_reused} reused, $s->{tokens_per_second} tokens/s\n";
+
+The last turn's statistics, as L<Lugh::Inference/generate> reports them
+(C<stop_reason>, C<n_prompt>, C<n_reused>, C<n_evaluated>, C<n_generated>,
+timings), or undef before the first turn.
+
+=head2 finish_reason
+
+    print $chat->finish_reason;     # eog, stop, max_tokens or callback
+
+Why the last reply ended.
+
+=head2 inference, tokenizer, prompt, cache
+
+    my $cache = $chat->cache;
+    print $cache->n_cached, " positions cached\n";
+
+The objects the chat works with.
+
+=head1 SEE ALSO
+
+L<Lugh::Prompt>, L<Lugh::Inference/chat>, L<Lugh::Inference/generate>
+
+=cut
