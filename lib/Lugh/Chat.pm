@@ -186,7 +186,8 @@ sub _fitting_prompt {
         # Keep the newest message (the question being asked).
         if ($self->{overflow} eq 'drop_oldest' && @$messages - $first > 1) {
             splice @$messages, $first, 1;
-            shift @$messages while @$messages > $first + 1 && $messages->[$first]{role} ne 'user';
+            # a conversation resumes with a user turn
+            splice @$messages, $first, 1 while @$messages > $first + 1 && $messages->[$first]{role} ne 'user';
             next;
         }
         Lugh::_croak("$method: the conversation (" . scalar(@$tokens) . " tokens) plus max_tokens ($max_tokens)"
