@@ -180,6 +180,12 @@ The instruction-set extensions the kernels use, as an array reference of
 names such as C<AVX2>, C<FMA>, C<F16C>, C<AVX512F>, C<AVX512VNNI>, C<NEON>,
 C<DOTPROD>.
 
+=item n_cpus
+
+The CPUs this process may run on (its CPU affinity and cgroup quota). A
+L<Lugh::Inference> never runs more CPU threads than this: see
+L<Lugh::Inference/new>.
+
 =back
 
 Loading Lugh croaks, naming the missing extensions, on a processor that

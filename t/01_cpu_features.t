@@ -10,7 +10,8 @@ use Lugh;
 
 my $cpu = Lugh::cpu_features();
 is(ref $cpu, 'HASH', 'cpu_features returns a hash reference');
-is_deeply([ sort keys %$cpu ], [qw(arch build features variant)], 'its keys');
+is_deeply([ sort keys %$cpu ], [qw(arch build features n_cpus variant)], 'its keys');
+like($cpu->{n_cpus}, qr/\A[1-9][0-9]*\z/, 'n_cpus: a positive count');
 like($cpu->{variant}, qr/\A[a-z0-9_]+(?:-[a-z0-9]+)?\z/, "variant '$cpu->{variant}'");
 like($cpu->{build}, qr/\A[\w.+-]+\z/, "build '$cpu->{build}'");
 is(ref $cpu->{features}, 'ARRAY', 'features is an array reference');

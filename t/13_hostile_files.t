@@ -7,6 +7,7 @@
 use strict;
 use warnings;
 use Test::More;
+use List::Util ();
 use File::Temp qw(tempdir);
 use POSIX ();
 use lib 't/lib';
@@ -238,7 +239,7 @@ subtest 'metadata memory is bounded by the file size' => sub {
 
 subtest 'still usable' => sub {
     my $inference = Lugh::Inference->new(model => $model, n_threads => 2, n_ctx => 64);
-    is($inference->n_threads, 2, 'n_threads');
+    is($inference->n_threads, List::Util::min(2, Lugh::cpu_features()->{n_cpus}), 'n_threads');
     my @logits = $inference->forward([ 1, 2, 3 ]);
     is(scalar @logits, $inference->n_vocab, 'a forward pass after every refusal');
     ok(!(grep { $_ != $_ } @logits), 'finite logits');

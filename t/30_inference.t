@@ -1,6 +1,7 @@
 use strict;
 use warnings;
 use Test::More;
+use List::Util ();
 use lib 't/lib';
 use LughTestInference qw(smollm2 argmax max_abs_diff);
 
@@ -10,7 +11,7 @@ my @prompt = (504, 3575, 282, 4649, 314);    # "The capital of France is"
 isa_ok($inference, 'Lugh::Inference');
 is($inference->n_vocab, 49152, 'n_vocab');
 is($inference->n_layer, 30, 'n_layer');
-is($inference->n_threads, 2, 'n_threads as given');
+is($inference->n_threads, List::Util::min(2, Lugh::cpu_features()->{n_cpus}), 'n_threads as given (at most the CPUs)');
 is($inference->n_ctx, 512, 'n_ctx as given');
 cmp_ok($inference->n_batch, '>=', 1, 'n_batch has a default');
 like($inference->flash_attn, qr/\A[01]\z/, "flash_attn 'auto' resolves to 0 or 1");

@@ -110,6 +110,11 @@ my @plain = $inference->forward(\@tokens);
 subtest 'settings' => sub {
     is($inference->backend, 'CPU', 'backend');
     is($inference->n_threads, 1, 'n_threads');
+    my $n_cpus = Lugh::cpu_features()->{n_cpus};
+    cmp_ok($n_cpus, '>=', 1, 'n_cpus');
+    my $many = Lugh::Inference->new(model => $model, n_threads => 2 * $n_cpus + 1, n_ctx => 32);
+    is($many->n_threads, $n_cpus, 'n_threads above the CPUs available is lowered to them');
+    is(scalar(my @l = $many->forward([ 1, 2 ])), $many->n_vocab, '... and computes');
     is($inference->n_ctx, 128, 'n_ctx');
     cmp_ok($inference->n_batch, '>=', 1, 'n_batch has a default');
     like($inference->flash_attn, qr/\A[01]\z/, "flash_attn 'auto' resolves to 0 or 1");

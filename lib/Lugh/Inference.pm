@@ -246,6 +246,14 @@ Croaks when the model's architecture is not supported (naming it), when the
 backend is unknown or unavailable (listing those available), and on an
 unknown option.
 
+C<n_threads> above the number of CPUs the process may run on
+(C<< Lugh::cpu_features()->{n_cpus} >>) is lowered to it: ggml's CPU workers
+wait for each other after every operation by spinning, so a thread with no
+core of its own stalls all the others for a whole scheduler time slice at each
+of the hundreds of operations of a token (measured on 2 cores: SmolLM2 took
+7 ms a token on 2 threads and 3 s on 3 before this cap). C<n_threads> tells
+the number used.
+
 =head1 SETTINGS
 
 =head2 backend, n_threads, n_ctx, n_batch, flash_attn

@@ -77,8 +77,14 @@ pub struct Inference {
     model: Arc<Model>,
 }
 
+/// The CPUs this process may run on (its affinity mask and cgroup quota).
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(MAX_THREADS)
+}
+
 /// The number of physical cores (distinct core/package pairs in sysfs),
 /// else the number of CPUs the process may use.
+
 pub fn physical_cores() -> usize {
     let mut cores = std::collections::HashSet::new();
     if let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu") {
@@ -94,7 +100,7 @@ pub fn physical_cores() -> usize {
             }
         }
     }
-    let available = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let available = available_cpus();
     if cores.is_empty() {
         available
     } else {
@@ -131,8 +137,13 @@ impl Inference {
             _ if v > max => Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}"))),
             _ => Ok(v),
         };
+        // More CPU threads than the process may run at once collapse:
+        // ggml's workers meet at a spinning barrier after every op, and a
+        // descheduled worker holds the others spinning for a whole time
+        // slice (SmolLM2 on 2 cores: 7 ms a token with 2 threads, 3 s with
+        // 3). So a larger request is capped to the CPUs available.
         let n_threads = match options.n_threads {
-            Some(n) => in_range("n_threads", n, MAX_THREADS)?,
+            Some(n) => in_range("n_threads", n, MAX_THREADS)?.min(available_cpus()),
             None => physical_cores().clamp(1, MAX_THREADS),
         };
         let n_ctx = match options.n_ctx {

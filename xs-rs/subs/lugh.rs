@@ -1,4 +1,5 @@
 //! XS subs of the package Lugh: backends and versions.
+use crate::engine::inference::available_cpus;
 use crate::engine::{backend, cpu, sampler, Error};
 use crate::glue::Ret;
 use crate::xs_subs;
@@ -58,6 +59,7 @@ xs_subs! { "Lugh";
             perl.str("arch"), perl.str(std::env::consts::ARCH),
             perl.str("features"), names(cpu::compiled_features()),
             perl.str("missing"), names(cpu::missing_features()),
+            perl.str("n_cpus"), perl.int(available_cpus() as i64),
         ]))
     }
 
