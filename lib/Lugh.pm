@@ -46,6 +46,7 @@ require Lugh::Tokenizer;
 require Lugh::Inference;
 require Lugh::KVCache;
 require Lugh::MemoryPool;
+require Lugh::Logits;
 require Lugh::Chat;
 
 sub version { return $VERSION }

@@ -2,6 +2,7 @@ package Lugh::Inference;
 
 use strict;
 use warnings;
+use Scalar::Util ();
 
 our $VERSION = '0.20';
 
@@ -33,16 +34,18 @@ my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds gen
 # The forward family: for each spelling, the leading positional arguments it
 # takes, the named options it accepts, and what it needs.
 my %FORWARD = (
-    forward            => { positional => ['tokens'], keys => [qw(tokens cache pool sequences caches)] },
+    forward            => { positional => ['tokens'], keys => [qw(tokens cache pool sequences caches as_object)] },
     forward_simple     => { positional => ['tokens'], keys => ['tokens'] },
-    forward_all        => { positional => ['tokens'], keys => [qw(tokens cache pool)], all => 1 },
-    forward_cache      => { positional => [qw(cache tokens)], keys => [qw(cache tokens pool)], needs => 'cache' },
-    forward_pool       => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache)], needs => 'pool' },
-    forward_with_pool  => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache)], needs => 'pool' },
-    forward_cache_pool => { positional => [qw(cache pool tokens)], keys => [qw(cache pool tokens)], needs => 'cache pool' },
-    forward_batch      => { positional => ['sequences'], keys => [qw(sequences caches pool)], batch => 1 },
-    forward_batch_pool => { positional => [qw(pool sequences)], keys => [qw(pool sequences caches)], batch => 1,
-        needs => 'pool' },
+    forward_all        => { positional => ['tokens'], keys => [qw(tokens cache pool as_object)], all => 1 },
+    forward_cache      => { positional => [qw(cache tokens)], keys => [qw(cache tokens pool as_object)],
+        needs => 'cache' },
+    forward_pool       => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object)], needs => 'pool' },
+    forward_with_pool  => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object)], needs => 'pool' },
+    forward_cache_pool => { positional => [qw(cache pool tokens)], keys => [qw(cache pool tokens as_object)],
+        needs => 'cache pool' },
+    forward_batch      => { positional => ['sequences'], keys => [qw(sequences caches pool as_object)], batch => 1 },
+    forward_batch_pool => { positional => [qw(pool sequences)], keys => [qw(pool sequences caches as_object)],
+        batch => 1, needs => 'pool' },
 );
 
 sub new {
@@ -104,12 +107,12 @@ sub _forward_any {
         Lugh::_croak("$method: give tokens or sequences, not both") if exists $opt{tokens};
         Lugh::_croak("$method: cache is for one sequence; give caches => [...] with sequences") if exists $opt{cache};
         Lugh::_croak("$method: missing sequences (an array of token arrays)") unless defined $opt{sequences};
-        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool});
+        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool}, $opt{as_object});
     }
     Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
         if exists $opt{caches};
     Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
-    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0);
+    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object});
 }
 
 sub sample {
@@ -132,8 +135,8 @@ sub sample_top_k {
 sub _sample_with {
     my ($self, $name, $defaults, $fixed, $logits, @args) = @_;
     my $method = "Lugh::Inference->$name";
-    Lugh::_croak("$method: the first argument must be an array reference of logits")
-        unless ref $logits eq 'ARRAY';
+    Lugh::_croak("$method: the first argument must be an array reference of logits or a Lugh::Logits")
+        unless ref $logits eq 'ARRAY' || Scalar::Util::blessed($logits) && $logits->isa('Lugh::Logits');
     my %opt = (%SAMPLE_DEFAULTS, Lugh::_options($method, $defaults, @args), %$fixed);
     return _sample($self, $logits, $opt{history}, @opt{@SAMPLING_ORDER});
 }
@@ -295,7 +298,15 @@ L<Lugh::KVCache>), so only the new tokens are computed; with
 C<< pool => $pool >> the compute allocation of the pool is reused (see
 L<Lugh::MemoryPool>). With C<sequences> (and optionally C<caches>) it is
 L</forward_batch>. Valid keys: C<tokens>, C<cache>, C<pool>, C<sequences>,
-C<caches>.
+C<caches>, C<as_object>.
+
+    my $logits = $inference->forward(\@tokens, as_object => 1);
+    my ($best) = $logits->top_k(1);
+
+With C<< as_object => 1 >> (every spelling but C<forward_simple> takes it) the
+logits come back as a L<Lugh::Logits> object, which keeps them in native
+memory (rows of them, as an array reference, from C<forward_all> and the
+batched spellings).
 
 Called in void context, C<forward> computes and fills the cache but builds no
 list of logits (for a 262,144-token vocabulary that list costs milliseconds):

@@ -84,7 +84,6 @@ pub fn available_cpus() -> usize {
 
 /// The number of physical cores (distinct core/package pairs in sysfs),
 /// else the number of CPUs the process may use.
-
 pub fn physical_cores() -> usize {
     let mut cores = std::collections::HashSet::new();
     if let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu") {

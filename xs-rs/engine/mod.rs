@@ -12,6 +12,7 @@ pub mod gguf;
 pub mod graph;
 pub mod inference;
 pub mod kv_cache;
+pub mod logits;
 pub mod model;
 pub mod sampler;
 pub mod session;

@@ -3,6 +3,7 @@
 //! arguments (undef = not given).
 use crate::engine::generate::{GenerateOptions, Step};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
+use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
 use crate::engine::session::{CacheHandle, PoolHandle, Session};
@@ -14,6 +15,7 @@ use std::sync::Arc;
 pub const CLASS: &str = "Lugh::Inference";
 pub const CACHE_CLASS: &str = "Lugh::KVCache";
 pub const POOL_CLASS: &str = "Lugh::MemoryPool";
+use super::logits::CLASS as LOGITS_CLASS;
 
 fn this(args: &Args) -> Result<Arc<Session>, Error> {
     object_arc::<Session>(args.perl(), args.get(0), CLASS)
@@ -77,10 +79,15 @@ fn sampler_options(args: &Args, first: usize) -> Result<SamplerOptions, Error> {
     })
 }
 
-/// Logits for every position, as an array of arrays.
-fn nested_floats(perl: Perl, rows: &[Vec<f32>]) -> Sv {
-    let outer: Vec<Sv> = rows.iter().map(|r| perl.float_array_ref(r)).collect();
+/// Several rows of logits, as an array of arrays or of Lugh::Logits objects.
+fn rows(perl: Perl, rows: Vec<Vec<f32>>, as_object: bool) -> Sv {
+    let outer: Vec<Sv> =
+        rows.into_iter().map(|r| if as_object { logits_object(perl, r) } else { perl.float_array_ref(&r) }).collect();
     perl.array_ref(&outer)
+}
+
+fn logits_object(perl: Perl, values: Vec<f32>) -> Sv {
+    new_object(perl, LOGITS_CLASS, Arc::new(Logits::new(values)))
 }
 
 xs_subs! { "Lugh::Inference";
@@ -134,22 +141,24 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _forward(args) as "Lugh::Inference->forward" {
-        args.expect(5, 5, c"self, tokens, cache, pool, all");
+        args.expect(6, 6, c"self, tokens, cache, pool, all, as_object");
         let s = this(args)?;
         let perl = args.perl();
         let tokens = perl.token_array_arg(args.get(1), "tokens", s.engine.n_vocab())?;
         let cache = cache_arg(perl, args.get(2))?;
         let pool = pool_arg(perl, args.get(3))?;
         let output = if perl.is_true(args.get(4)) { Output::All } else { Output::Last };
+        let as_object = perl.is_true(args.get(5));
         let mut logits = s.forward(&tokens, cache.as_deref(), pool.as_deref(), output)?;
-        Ok(match output {
-            Output::Last => Ret::Floats(logits.pop().unwrap_or_default()),
-            Output::All => Ret::One(nested_floats(perl, &logits)),
+        Ok(match (output, as_object) {
+            (Output::Last, false) => Ret::Floats(logits.pop().unwrap_or_default()),
+            (Output::Last, true) => Ret::One(logits_object(perl, logits.pop().unwrap_or_default())),
+            (Output::All, _) => Ret::One(rows(perl, logits, as_object)),
         })
     }
 
     fn _forward_batch(args) as "Lugh::Inference->forward_batch" {
-        args.expect(4, 4, c"self, sequences, caches, pool");
+        args.expect(5, 5, c"self, sequences, caches, pool, as_object");
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
@@ -167,7 +176,7 @@ xs_subs! { "Lugh::Inference";
         })?;
         let pool = pool_arg(perl, args.get(3))?;
         let logits = s.forward_batch(&sequences, caches.as_deref(), pool.as_deref())?;
-        Ok(Ret::One(nested_floats(perl, &logits)))
+        Ok(Ret::One(rows(perl, logits, perl.is_true(args.get(4)))))
     }
 
     fn _sample(args) as "Lugh::Inference->sample" {
@@ -175,10 +184,16 @@ xs_subs! { "Lugh::Inference";
             presence_penalty, frequency_penalty, penalty_last_n, seed");
         let s = this(args)?;
         let perl = args.perl();
-        let logits = perl.float_array_arg(args.get(1), "logits")?;
+        // A Lugh::Logits object is read in place; an array is converted.
+        let object = object_arc::<Logits>(perl, args.get(1), LOGITS_CLASS).ok();
+        let list = match object {
+            Some(_) => Vec::new(),
+            None => perl.float_array_arg(args.get(1), "logits")?,
+        };
+        let logits = object.as_deref().map_or(list.as_slice(), Logits::values);
         let history = optional(perl, args.get(2), |sv| perl.token_array_arg(sv, "history", s.engine.n_vocab()))?;
         let mut sampler = Sampler::new(sampler_options(args, 3)?)?;
-        let id = sampler.sample(&logits, history.as_deref().unwrap_or(&[]))?;
+        let id = sampler.sample(logits, history.as_deref().unwrap_or(&[]))?;
         Ok(Ret::One(perl.int(id as i64)))
     }
 

@@ -3,6 +3,7 @@ use crate::glue::{self, ffi, Cv, Interp};
 
 mod inference;
 mod kv_cache;
+mod logits;
 mod lugh;
 mod memory_pool;
 mod model;
@@ -25,6 +26,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         tokenizer::decoder_subs::SUBS,
         inference::SUBS,
         kv_cache::SUBS,
+        logits::SUBS,
         memory_pool::SUBS,
     ] {
         for &(name, f) in table {
