@@ -54,7 +54,7 @@ subtest 'forward' => sub {
     croaks_like(sub { $inference->forward([ 1, undef ]) }, qr/tokens element 1 is missing \(undef\)/, 'undef id');
     croaks_like(sub { $inference->forward([ 2**40 ]) }, qr/out of range/, 'huge id');
     croaks_like(sub { $inference->forward(tokens => [1], lora => 1) },
-        qr/unknown option 'lora' \(valid options: cache, caches, pool, sequences, tokens\)/, 'unknown option');
+        qr/unknown option 'lora' \(valid options: as_object, cache, caches, pool, sequences, tokens\)/, 'unknown option');
     croaks_like(sub { $inference->forward_simple(tokens => [1], cache => 1) },
         qr/unknown option 'cache' \(valid options: tokens\)/, 'forward_simple takes only tokens');
     croaks_like(sub { $inference->forward(tokens => [1], sequences => [[1]]) }, qr/not both/, 'tokens and sequences');
