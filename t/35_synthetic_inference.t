@@ -263,4 +263,23 @@ subtest 'fork: a child runs the parent\'s session' => sub {
     cmp_ok(max_abs_diff([ $inference->forward(\@tokens) ], \@plain), '<', 1e-4, 'and in the parent afterwards');
 };
 
+subtest 'profile' => sub {
+    my $session = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 64);
+    my $empty = $session->profile;
+    is($empty->{steps}, 0, 'no steps yet');
+    is_deeply([ sort grep { $_ ne 'steps' } keys %$empty ], [ sort qw(build allocate inputs compute read sample callback) ],
+        'every phase');
+    $session->forward([ 1, 2, 3 ]);
+    $session->generate([ 1, 2 ], max_tokens => 3, eos_token => $session->n_vocab - 1, callback => sub {0});
+    my $p = $session->profile(reset => 1);
+    is($p->{steps}, 1 + 3, 'one step per forward and per generated token but the last, plus the prompt');
+    is($p->{compute}{count}, $p->{steps}, 'compute once a step');
+    is($p->{sample}{count}, 3, 'sample once a token');
+    is($p->{callback}{count}, 3, 'callback once a token');
+    cmp_ok($p->{compute}{seconds}, '>', 0, 'compute takes time');
+    is($session->profile->{steps}, 0, 'reset zeroes the counts');
+    eval { $session->profile(rest => 1) };
+    like($@, qr/profile: unknown option 'rest'/, 'unknown option');
+};
+
 done_testing;

@@ -171,6 +171,14 @@ sub generate {
     return wantarray ? @$ids : $ids;
 }
 
+sub profile {
+    my ($self, @args) = @_;
+    my %opt = Lugh::_options('Lugh::Inference->profile', { reset => 0 }, @args);
+    my %raw = _profile($self, $opt{reset});
+    my $steps = delete $raw{steps};
+    return { steps => $steps, map { $_ => { seconds => $raw{$_}[0], count => $raw{$_}[1] } } keys %raw };
+}
+
 # The option names generate() accepts (Lugh::Chat passes them on).
 sub _generate_options { return sort keys %GENERATE_DEFAULTS }
 
@@ -514,6 +522,28 @@ C<template>, C<format> or C<prompt>, as in L<Lugh::Chat/new>); the reply text
 ends before the end-of-turn token. It takes every option of
 L<Lugh::Chat/new> and L<Lugh::Chat/ask>. For a conversation that goes on,
 L<Lugh::Chat> reuses the KV cache between turns.
+
+=head1 DIAGNOSTICS
+
+=head2 profile
+
+    $inference->profile(reset => 1);                  # start counting afresh
+    $inference->generate(\@prompt, max_tokens => 64);
+    my $p = $inference->profile;
+    for my $phase (qw(build allocate inputs compute read sample callback)) {
+        printf "%-9s %8.1f us a step\n", $phase, 1e6 * $p->{$phase}{seconds} / $p->{steps};
+    }
+
+Where the session's time went since it was made (or since the last
+C<< reset => 1 >>, which returns the counts and then zeroes them), as a hash
+reference: C<steps>, the number of graph evaluations, and for each phase a
+hash of C<seconds> (total) and C<count> (times entered). The phases:
+C<build> (building a graph: only when no graph of that shape is kept),
+C<allocate> (compute memory for a new graph), C<inputs> (writing token ids,
+positions, masks), C<compute> (the backend running the graph), C<read>
+(copying the logits out), C<sample> and C<callback> (generate's sampling and
+the caller's callbacks, Perl included). C<bench/profile-decode> prints it
+per token for the test models.
 
 =head1 CACHES AND POOLS
 

@@ -10,11 +10,12 @@
 //! a token", so it is written against two small traits; [`CachedSession`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
 use super::inference::{ComputePool, Inference, KvCache, Output};
+use super::profile::Phase;
 use super::sampler::{Sampler, SamplerOptions};
 use super::text_stream::TextStream;
 use super::tokenizer::Vocab;
 use super::{Error, Result};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Something that turns tokens into next-token logits, keeping its context.
 pub trait LogitsSource {
@@ -28,6 +29,8 @@ pub trait LogitsSource {
     fn truncate(&mut self, n: usize) -> Result<()>;
     /// Appends `tokens` to the context; the logits after the last one.
     fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>>;
+    /// Adds time the loop spent in `phase` to the source's profile.
+    fn record(&self, _phase: Phase, _elapsed: Duration) {}
 }
 
 /// What the loop needs to know about tokens.
@@ -70,6 +73,9 @@ impl LogitsSource for CachedSession<'_> {
     fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
         let mut logits = self.inference.forward(self.cache, tokens, Output::Last, self.pool.as_deref_mut())?;
         logits.pop().ok_or_else(|| Error::Ggml("the forward pass returned no logits".into()))
+    }
+    fn record(&self, phase: Phase, elapsed: Duration) {
+        self.inference.record(phase, elapsed);
     }
 }
 
@@ -198,7 +204,9 @@ pub fn generate<E: From<Error>>(
     let started = Instant::now();
     let mut history = prompt.to_vec();
     loop {
+        let sampled = Instant::now();
         let id = sampler.sample(&logits, &history)?;
+        source.record(Phase::Sample, sampled.elapsed());
         if is_eog(id) {
             result.stop_reason = StopReason::EndOfGeneration;
             break;
@@ -211,7 +219,9 @@ pub fn generate<E: From<Error>>(
         };
         result.text.push_str(&released.text);
         let step = Step { id, count: result.tokens.len(), text: &released.text };
+        let called = Instant::now();
         let stop_asked = on_token(&step)?;
+        source.record(Phase::Callback, called.elapsed());
         if released.stopped {
             result.stop_reason = StopReason::StopString;
             break;

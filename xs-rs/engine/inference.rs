@@ -11,6 +11,7 @@ use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
 use super::graph::{causal_mask, Blueprint, ForwardGraph, Segment, F16_NEG_INF, F16_ZERO};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
+use super::profile::{timed, Phase, Profile};
 use super::weights::ModelWeights;
 use super::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,7 @@ pub struct Inference {
     // Empty while a call has the pool out (a generate callback may run
     // another forward on this session: it gets a pool of its own).
     default_pool: Mutex<Option<ComputePool>>,
+    profile: Mutex<Profile>,
     compute_buft: BufferType,
     weights: ModelWeights,
     backend: Mutex<Backend>,
@@ -167,6 +169,7 @@ impl Inference {
         let compute_buft = backend.default_buffer_type();
         Ok(Inference {
             default_pool: Mutex::new(None),
+            profile: Mutex::new(Profile::default()),
             compute_buft,
             weights,
             backend: Mutex::new(backend),
@@ -396,27 +399,46 @@ impl Inference {
             let segments: Vec<Segment> =
                 segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
             if pool.needs_reserve(&shape) {
-                let worst = bp.build(&segments, true)?;
-                pool.reserve(&worst.g, shape)?;
+                let worst = timed(&self.profile, Phase::Build, || bp.build(&segments, true))?;
+                timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape))?;
             }
-            let graph = bp.build(&segments, false)?;
+            let graph = timed(&self.profile, Phase::Build, || bp.build(&segments, false))?;
             super::compute::check_supported(self.device, &self.backend_name, &graph.g)?;
-            pool.allocate(key.clone(), graph)?;
+            timed(&self.profile, Phase::Allocate, || pool.allocate(key.clone(), graph))?;
         }
         let graph = pool.reusable(&key).expect("the graph was just allocated for this key");
-        self.set_inputs(graph, segs, all);
-        {
-            let mut backend = self.backend.lock().unwrap_or_else(|e| e.into_inner());
-            if !backend.compute(&graph.g) {
-                return Err(Error::Ggml("the backend failed to compute the graph".into()));
-            }
+        timed(&self.profile, Phase::Inputs, || self.set_inputs(graph, segs, all));
+        let computed = timed(&self.profile, Phase::Compute, || {
+            self.backend.lock().unwrap_or_else(|e| e.into_inner()).compute(&graph.g)
+        });
+        if !computed {
+            return Err(Error::Ggml("the backend failed to compute the graph".into()));
         }
         for (cache, tokens) in segs.iter_mut() {
             cache.advance(tokens);
         }
+        self.profile.lock().unwrap_or_else(|e| e.into_inner()).steps += 1;
         let n_vocab = self.hp.n_vocab;
         // row by row: each row is read once, straight into its own vector
-        Ok((0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect())
+        Ok(timed(&self.profile, Phase::Read, || {
+            (0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect()
+        }))
+    }
+
+    /// The time spent so far in each phase of the forward passes (and of
+    /// generate's sampling and callbacks); `reset` starts the counts again.
+    pub fn profile(&self, reset: bool) -> Profile {
+        let mut p = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        if reset {
+            std::mem::take(&mut *p)
+        } else {
+            p.clone()
+        }
+    }
+
+    /// Adds time spent outside the forward pass (generate's phases).
+    pub fn record(&self, phase: Phase, elapsed: std::time::Duration) {
+        self.profile.lock().unwrap_or_else(|e| e.into_inner()).add(phase, elapsed);
     }
 
     fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])], all: bool) {

@@ -14,6 +14,7 @@ pub mod inference;
 pub mod kv_cache;
 pub mod logits;
 pub mod model;
+pub mod profile;
 pub mod sampler;
 pub mod session;
 pub mod text_stream;

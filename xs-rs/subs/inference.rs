@@ -263,6 +263,19 @@ xs_subs! { "Lugh::Inference";
         ]))
     }
 
+    fn _profile(args) as "Lugh::Inference->profile" {
+        args.expect(2, 2, c"self, reset");
+        let s = this(args)?;
+        let perl = args.perl();
+        let p = s.engine.profile(perl.is_true(args.get(1)));
+        let mut out = vec![perl.str("steps"), perl.int(p.steps as i64)];
+        for (phase, time, count) in p.entries() {
+            out.push(perl.str(phase.name()));
+            out.push(perl.array_ref(&[perl.float(time.as_secs_f64()), perl.int(count as i64)]));
+        }
+        Ok(Ret::List(out))
+    }
+
     fn _create_kv_cache(args) as "Lugh::Inference->create_kv_cache" {
         args.expect(1, 1, c"self");
         let s = this(args)?;
