@@ -8,6 +8,9 @@
 //!   calling the engine and returning perl values.
 pub mod engine;
 
+#[global_allocator]
+static ALLOCATOR: engine::alloc_count::CountingAllocator = engine::alloc_count::CountingAllocator;
+
 #[cfg(not(test))]
 pub mod glue;
 #[cfg(not(test))]

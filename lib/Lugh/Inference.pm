@@ -156,8 +156,9 @@ sub generate {
     # under an eval), so a result whose bool overload dies throws like a die
     # in the callback, and the session is released.
     my @callbacks = map { my $cb = $_; ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb } @opt{qw(callback on_text)};
+    # The text is made only when it is read (stats, on_text, stop strings).
     my ($ids, @report) = _generate($self, $prompt, $opt{cache}, @opt{qw(max_tokens eos_token)}, $stop, @callbacks,
-        @opt{@SAMPLING_ORDER});
+        defined $stats ? 1 : 0, @opt{@SAMPLING_ORDER});
     if ($stats) {
         %$stats = (n_generated => scalar @$ids);
         @{$stats}{@STATS} = @report;

@@ -56,11 +56,25 @@ pub struct ComputePool {
     n_allocations: usize,
     buffer_size: usize,
     last_graph: Option<(GraphKey, ForwardGraph)>,
+    /// Kept between steps so that a step allocates nothing once warm.
+    pub(crate) scratch: StepScratch,
+}
+
+/// The buffers a step's inputs are assembled in.
+#[derive(Default)]
+pub(crate) struct StepScratch {
+    pub key: GraphKey,
+    pub tokens: Vec<i32>,
+    pub pos: Vec<i32>,
+    pub out_ids: Vec<i32>,
+    pub idxs: Vec<i64>,
+    pub mask_f32: Vec<f32>,
+    pub mask_f16: Vec<u16>,
 }
 
 /// What decides a graph's shape: per segment its cache, new tokens, cells
 /// attended and whether every token gets logits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GraphKey(pub Vec<(u64, usize, usize, bool)>);
 
 impl ComputePool {
@@ -73,6 +87,7 @@ impl ComputePool {
             n_allocations: 0,
             buffer_size: 0,
             last_graph: None,
+            scratch: StepScratch::default(),
         }
     }
 

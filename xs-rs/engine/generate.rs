@@ -9,7 +9,7 @@
 //! The loop only needs "logits for the next tokens" and "the text and kind of
 //! a token", so it is written against two small traits; [`CachedSession`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
-use super::inference::{ComputePool, Inference, KvCache, Output};
+use super::inference::{ComputePool, Inference, KvCache};
 use super::profile::Phase;
 use super::sampler::{Sampler, SamplerOptions};
 use super::text_stream::TextStream;
@@ -27,8 +27,9 @@ pub trait LogitsSource {
     fn n_batch(&self) -> usize;
     /// Keeps only the first `n` tokens of the context.
     fn truncate(&mut self, n: usize) -> Result<()>;
-    /// Appends `tokens` to the context; the logits after the last one.
-    fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>>;
+    /// Appends `tokens` to the context; writes the logits after the last one
+    /// into `logits` (replacing what it held, reusing its memory).
+    fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()>;
     /// Adds time the loop spent in `phase` to the source's profile.
     fn record(&self, _phase: Phase, _elapsed: Duration) {}
 }
@@ -37,15 +38,15 @@ pub trait LogitsSource {
 pub trait TokenText {
     fn is_eog(&self, id: i32) -> bool;
     /// The bytes the token stands for in generated text (no control tokens).
-    fn piece(&self, id: i32) -> Result<Vec<u8>>;
+    fn piece(&self, id: i32) -> Result<&[u8]>;
 }
 
 impl TokenText for Vocab {
     fn is_eog(&self, id: i32) -> bool {
         Vocab::is_eog(self, id)
     }
-    fn piece(&self, id: i32) -> Result<Vec<u8>> {
-        self.token_to_piece(id, false)
+    fn piece(&self, id: i32) -> Result<&[u8]> {
+        Vocab::piece(self, id, false)
     }
 }
 
@@ -70,9 +71,8 @@ impl LogitsSource for CachedSession<'_> {
     fn truncate(&mut self, n: usize) -> Result<()> {
         self.cache.resize(n)
     }
-    fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
-        let mut logits = self.inference.forward(self.cache, tokens, Output::Last, self.pool.as_deref_mut())?;
-        logits.pop().ok_or_else(|| Error::Ggml("the forward pass returned no logits".into()))
+    fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()> {
+        self.inference.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), logits)
     }
     fn record(&self, phase: Phase, elapsed: Duration) {
         self.inference.record(phase, elapsed);
@@ -132,7 +132,7 @@ impl StopReason {
 pub struct Generation {
     /// The generated ids (not the prompt, not the end-of-generation token).
     pub tokens: Vec<i32>,
-    /// Their text, ending before a stop string (empty without a vocabulary).
+    /// Their text, ending before a stop string (only with need_text).
     pub text: String,
     pub stop_reason: StopReason,
     pub n_prompt: usize,
@@ -197,12 +197,19 @@ pub fn generate<E: From<Error>>(
     source.truncate(n_reused)?;
     let mut logits = Vec::new();
     for chunk in prompt[n_reused..].chunks(source.n_batch().max(1)) {
-        logits = source.forward(chunk)?;
+        source.forward(chunk, &mut logits)?;
     }
     result.prompt_seconds = started.elapsed().as_secs_f64();
     result.n_evaluated = prompt.len() - n_reused;
     let started = Instant::now();
-    let mut history = prompt.to_vec();
+    // Room for everything up front: a decode step allocates nothing.
+    let most = options.max_tokens.min(source.n_ctx());
+    let mut history = Vec::with_capacity(prompt.len() + most);
+    history.extend_from_slice(prompt);
+    result.tokens.reserve(most);
+    if options.need_text {
+        result.text.reserve(most * 8);
+    }
     loop {
         let sampled = Instant::now();
         let id = sampler.sample(&logits, &history)?;
@@ -213,16 +220,20 @@ pub fn generate<E: From<Error>>(
         }
         result.tokens.push(id);
         history.push(id);
-        let released = match tokens {
-            Some(t) => stream.push(&t.piece(id)?),
-            None => Default::default(),
+        // The text is made only when someone reads it: stop strings, the
+        // caller (need_text).
+        let stopped = match tokens {
+            Some(t) if options.need_text || !options.stop.is_empty() => stream.push(t.piece(id)?),
+            _ => false,
         };
-        result.text.push_str(&released.text);
-        let step = Step { id, count: result.tokens.len(), text: &released.text };
+        if options.need_text {
+            result.text.push_str(stream.released());
+        }
+        let step = Step { id, count: result.tokens.len(), text: stream.released() };
         let called = Instant::now();
         let stop_asked = on_token(&step)?;
         source.record(Phase::Callback, called.elapsed());
-        if released.stopped {
+        if stopped {
             result.stop_reason = StopReason::StopString;
             break;
         }
@@ -233,12 +244,14 @@ pub fn generate<E: From<Error>>(
         if result.tokens.len() >= options.max_tokens {
             break;
         }
-        logits = source.forward(&[id])?;
+        source.forward(&[id], &mut logits)?;
     }
     result.generate_seconds = started.elapsed().as_secs_f64();
     let rest = stream.finish();
     if !rest.is_empty() {
-        result.text.push_str(&rest);
+        if options.need_text {
+            result.text.push_str(&rest);
+        }
         on_end(&rest)?;
     }
     Ok(result)
@@ -305,11 +318,13 @@ mod tests {
             self.seen.truncate(n);
             Ok(())
         }
-        fn forward(&mut self, tokens: &[i32]) -> Result<Vec<f32>> {
+        fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()> {
             self.seen.extend_from_slice(tokens);
             self.calls.push(tokens.len());
             let next = (self.seen.last().unwrap() + 1) % 8;
-            Ok((0..8).map(|i| if i == next { 10.0 } else { 0.0 }).collect())
+            logits.clear();
+            logits.extend((0..8).map(|i| if i == next { 10.0 } else { 0.0 }));
+            Ok(())
         }
     }
 
@@ -319,8 +334,8 @@ mod tests {
         fn is_eog(&self, id: i32) -> bool {
             id == 7
         }
-        fn piece(&self, id: i32) -> Result<Vec<u8>> {
-            Ok(vec![b'a' + id as u8])
+        fn piece(&self, id: i32) -> Result<&[u8]> {
+            Ok(&b"abcdefgh"[id as usize..id as usize + 1])
         }
     }
 
@@ -342,7 +357,9 @@ mod tests {
         (out.map(|g| g.tokens), model)
     }
 
+    /// Generates with the text wanted; returns it and each callback's text.
     fn run_full(model: &mut Counter, prompt: &[i32], options: &GenerateOptions) -> (Generation, Vec<String>) {
+        let options = &GenerateOptions { need_text: true, ..options.clone() };
         let mut texts = Vec::new();
         let mut ends = Vec::new();
         let g = generate::<Error>(

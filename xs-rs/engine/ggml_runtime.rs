@@ -363,20 +363,21 @@ pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
     unsafe { ggml_backend_tensor_set(t.0, data.as_ptr() as *const c_void, 0, data.len()) }
 }
 
-/// `n` f32 values of `t` from element `offset` on, into a new vector (not
-/// zeroed first: a row of logits is a vocabulary long, read once per token).
-pub fn tensor_get_f32(t: Tensor, offset: usize, n: usize) -> Vec<f32> {
+/// `n` f32 values of `t` from element `offset` on, appended to `out` (its
+/// spare capacity reused; not zeroed first: a row of logits is a vocabulary
+/// long, read once per token).
+pub fn tensor_get_f32_into(t: Tensor, offset: usize, n: usize, out: &mut Vec<f32>) {
     let bytes = n * std::mem::size_of::<f32>();
     let start = offset * std::mem::size_of::<f32>();
     assert!(start + bytes <= t.nbytes(), "tensor_get_f32: out of range");
-    let mut out = Vec::with_capacity(n);
+    out.reserve(n);
+    let len = out.len();
     // SAFETY: the range lies inside the allocated tensor and the vector has
-    // room for n values, all of which ggml writes before set_len.
+    // room for n more values, all of which ggml writes before set_len.
     unsafe {
-        ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, start, bytes);
-        out.set_len(n);
+        ggml_backend_tensor_get(t.0, out.as_mut_ptr().add(len) as *mut c_void, start, bytes);
+        out.set_len(len + n);
     }
-    out
 }
 
 /// ggml's graph allocator: one compute buffer, grown when a graph needs more.

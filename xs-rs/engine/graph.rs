@@ -317,8 +317,25 @@ fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
 /// position i; with `window` > 0 positions `window` or more behind are
 /// masked too (llama.cpp's standard SWA). `keep` (0) and `drop` (-inf) are
 /// given in the mask's element type: f32, or f16 bits for flash attention.
+#[cfg(test)]
 pub fn causal_mask<T: Copy>(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32, keep: T, drop: T) -> Vec<T> {
-    let mut m = vec![drop; n_kv * n_tokens];
+    let mut m = Vec::new();
+    causal_mask_into(&mut m, n_kv, first_pos, n_tokens, window, keep, drop);
+    m
+}
+
+/// [`causal_mask`] into `m`, reusing its memory.
+pub fn causal_mask_into<T: Copy>(
+    m: &mut Vec<T>,
+    n_kv: usize,
+    first_pos: usize,
+    n_tokens: usize,
+    window: u32,
+    keep: T,
+    drop: T,
+) {
+    m.clear();
+    m.resize(n_kv * n_tokens, drop);
     for i in 0..n_tokens {
         let p1 = first_pos + i;
         let row = &mut m[i * n_kv..(i + 1) * n_kv];
@@ -328,7 +345,6 @@ pub fn causal_mask<T: Copy>(n_kv: usize, first_pos: usize, n_tokens: usize, wind
             }
         }
     }
-    m
 }
 
 /// The f16 bit patterns of a mask's 0 and -inf (flash attention's mask type).

@@ -5,10 +5,10 @@
 //! the device, the backend); the mutable state of a conversation lives in a
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use super::arch::{self, ArchSpec, HParams};
-use super::compute::{BatchShape, GraphKey};
+use super::compute::{BatchShape, StepScratch};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
-use super::graph::{causal_mask, Blueprint, ForwardGraph, Segment, F16_NEG_INF, F16_ZERO};
+use super::graph::{causal_mask_into, Blueprint, ForwardGraph, Segment, F16_NEG_INF, F16_ZERO};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
@@ -291,20 +291,39 @@ impl Inference {
         output: Output,
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
+        let mut flat = Vec::new();
+        if output == Output::Last {
+            self.forward_last_into(cache, tokens, pool, &mut flat)?;
+            return Ok(vec![flat]);
+        }
         self.check_tokens(tokens, "the token list")?;
         self.check_cache(cache, tokens.len())?;
         self.with_pool(pool, |pool| {
-            let mut result = Vec::new();
+            let mut rows = Vec::with_capacity(tokens.len());
             for chunk in tokens.chunks(self.n_batch) {
-                let all = output == Output::All;
-                let logits = self.run_step(&mut [(&mut *cache, chunk)], all, pool)?;
-                if all {
-                    result.extend(logits);
-                } else {
-                    result = logits;
-                }
+                self.run_step(&mut [(&mut *cache, chunk)], true, pool, &mut flat)?;
+                rows.extend(flat.chunks_exact(self.hp.n_vocab).map(<[f32]>::to_vec));
             }
-            Ok(result)
+            Ok(rows)
+        })
+    }
+
+    /// [`Inference::forward`] with Output::Last, the logits written into
+    /// `out` (its memory reused: a decode step allocates nothing).
+    pub fn forward_last_into(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[i32],
+        pool: Option<&mut ComputePool>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.check_tokens(tokens, "the token list")?;
+        self.check_cache(cache, tokens.len())?;
+        self.with_pool(pool, |pool| {
+            for chunk in tokens.chunks(self.n_batch) {
+                self.run_step(&mut [(&mut *cache, chunk)], false, pool, out)?;
+            }
+            Ok(())
         })
     }
 
@@ -354,6 +373,7 @@ impl Inference {
             let share = (self.n_batch / sequences.len()).max(1);
             let mut done = vec![0usize; sequences.len()];
             let mut result = vec![Vec::new(); sequences.len()];
+            let mut flat = Vec::new();
             loop {
                 let mut step: Vec<(usize, &mut KvCache, &[i32])> = Vec::new();
                 for (i, cache) in caches.iter_mut().enumerate() {
@@ -367,10 +387,10 @@ impl Inference {
                 }
                 let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
                 let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
-                let logits = self.run_step(&mut segs, false, pool)?;
-                for ((i, n), l) in ids.into_iter().zip(logits) {
+                self.run_step(&mut segs, false, pool, &mut flat)?;
+                for ((i, n), l) in ids.into_iter().zip(flat.chunks_exact(self.hp.n_vocab)) {
                     done[i] += n;
-                    result[i] = l;
+                    result[i] = l.to_vec();
                 }
             }
             Ok(result)
@@ -378,15 +398,31 @@ impl Inference {
     }
 
     /// One graph evaluation over segments (cache, new tokens): builds the
-    /// graph, allocates it in the pool, fills the inputs, computes, advances
-    /// the caches and returns the output rows (each segment's last token, or
-    /// every token with `all`).
+    /// graph (unless the pool keeps one of this shape), allocates it in the
+    /// pool, fills the inputs, computes, advances the caches and writes the
+    /// output rows (each segment's last token, or every token with `all`)
+    /// into `out`, one after another.
     fn run_step(
         &self,
         segs: &mut [(&mut KvCache, &[i32])],
         all: bool,
         pool: &mut ComputePool,
-    ) -> Result<Vec<Vec<f32>>> {
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let mut scratch = std::mem::take(&mut pool.scratch);
+        let result = self.run_step_with(segs, all, pool, &mut scratch, out);
+        pool.scratch = scratch;
+        result
+    }
+
+    fn run_step_with(
+        &self,
+        segs: &mut [(&mut KvCache, &[i32])],
+        all: bool,
+        pool: &mut ComputePool,
+        scratch: &mut StepScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let bp = Blueprint { spec: self.spec, hp: &self.hp, weights: &self.weights, flash_attn: self.flash_attn };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
@@ -394,8 +430,9 @@ impl Inference {
             n_segments: segs.len(),
             kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
         };
-        let key = GraphKey(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)).collect());
-        if pool.reusable(&key).is_none() {
+        scratch.key.0.clear();
+        scratch.key.0.extend(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)));
+        if pool.reusable(&scratch.key).is_none() {
             let segments: Vec<Segment> =
                 segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
             if pool.needs_reserve(&shape) {
@@ -404,10 +441,10 @@ impl Inference {
             }
             let graph = timed(&self.profile, Phase::Build, || bp.build(&segments, false))?;
             super::compute::check_supported(self.device, &self.backend_name, &graph.g)?;
-            timed(&self.profile, Phase::Allocate, || pool.allocate(key.clone(), graph))?;
+            timed(&self.profile, Phase::Allocate, || pool.allocate(scratch.key.clone(), graph))?;
         }
-        let graph = pool.reusable(&key).expect("the graph was just allocated for this key");
-        timed(&self.profile, Phase::Inputs, || self.set_inputs(graph, segs, all));
+        let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
+        timed(&self.profile, Phase::Inputs, || self.set_inputs(graph, segs, all, scratch));
         let computed = timed(&self.profile, Phase::Compute, || {
             self.backend.lock().unwrap_or_else(|e| e.into_inner()).compute(&graph.g)
         });
@@ -418,11 +455,12 @@ impl Inference {
             cache.advance(tokens);
         }
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).steps += 1;
-        let n_vocab = self.hp.n_vocab;
-        // row by row: each row is read once, straight into its own vector
-        Ok(timed(&self.profile, Phase::Read, || {
-            (0..graph.n_outputs).map(|r| rt::tensor_get_f32(graph.logits, r * n_vocab, n_vocab)).collect()
-        }))
+        // the output rows lie one after another: one read
+        timed(&self.profile, Phase::Read, || {
+            out.clear();
+            rt::tensor_get_f32_into(graph.logits, 0, graph.n_outputs * self.hp.n_vocab, out);
+        });
+        Ok(())
     }
 
     /// The time spent so far in each phase of the forward passes (and of
@@ -441,10 +479,11 @@ impl Inference {
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).add(phase, elapsed);
     }
 
-    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])], all: bool) {
-        let mut tokens = Vec::new();
-        let mut pos = Vec::new();
-        let mut out_ids = Vec::new();
+    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])], all: bool, scratch: &mut StepScratch) {
+        let StepScratch { tokens, pos, out_ids, idxs, mask_f32, mask_f16, .. } = scratch;
+        tokens.clear();
+        pos.clear();
+        out_ids.clear();
         let n_swa = self.hp.n_swa;
         for ((cache, toks), inp) in segs.iter().zip(&graph.segments) {
             let first = tokens.len() as i32;
@@ -456,14 +495,18 @@ impl Inference {
             } else {
                 out_ids.push(first + toks.len() as i32 - 1);
             }
-            rt::tensor_set(inp.k_idxs, &cache.k_idxs(toks.len()));
-            rt::tensor_set(inp.v_idxs, &cache.v_idxs(toks.len()));
-            // the mask in its graph type, built once: f16 with flash attention, else f32
-            let fill = |mask, window| {
+            cache.k_idxs_into(toks.len(), idxs);
+            rt::tensor_set(inp.k_idxs, idxs);
+            cache.v_idxs_into(toks.len(), idxs);
+            rt::tensor_set(inp.v_idxs, idxs);
+            // the mask in its graph type: f16 with flash attention, else f32
+            let mut fill = |mask, window| {
                 if self.flash_attn {
-                    rt::tensor_set(mask, &causal_mask(inp.n_kv, start, toks.len(), window, F16_ZERO, F16_NEG_INF));
+                    causal_mask_into(mask_f16, inp.n_kv, start, toks.len(), window, F16_ZERO, F16_NEG_INF);
+                    rt::tensor_set(mask, mask_f16);
                 } else {
-                    rt::tensor_set(mask, &causal_mask(inp.n_kv, start, toks.len(), window, 0f32, f32::NEG_INFINITY));
+                    causal_mask_into(mask_f32, inp.n_kv, start, toks.len(), window, 0f32, f32::NEG_INFINITY);
+                    rt::tensor_set(mask, mask_f32);
                 }
             };
             fill(inp.mask, 0);
@@ -471,9 +514,9 @@ impl Inference {
                 fill(m, n_swa);
             }
         }
-        rt::tensor_set(graph.tokens, &tokens);
-        rt::tensor_set(graph.pos, &pos);
-        rt::tensor_set(graph.out_ids, &out_ids);
+        rt::tensor_set(graph.tokens, tokens);
+        rt::tensor_set(graph.pos, pos);
+        rt::tensor_set(graph.out_ids, out_ids);
     }
 }
 

@@ -70,7 +70,9 @@ impl KvCache {
             id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             layout,
             n_ctx,
-            tokens: Vec::new(),
+            // 4 bytes a position next to kilobytes of K/V: reserved whole so
+            // that decoding never reallocates it
+            tokens: Vec::with_capacity(n_ctx),
             k,
             v,
             buffer,
@@ -134,27 +136,25 @@ impl KvCache {
         self.layout.kv_size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
     }
 
-    /// The cell indices the new tokens go to (llama.cpp's k_idxs).
-    pub fn k_idxs(&self, n_new: usize) -> Vec<i64> {
-        (self.n_cached()..self.n_cached() + n_new).map(|c| c as i64).collect()
+    /// The cell indices the new tokens go to (llama.cpp's k_idxs), into `out`.
+    pub fn k_idxs_into(&self, n_new: usize, out: &mut Vec<i64>) {
+        out.clear();
+        out.extend((self.n_cached()..self.n_cached() + n_new).map(|c| c as i64));
     }
 
-    /// The element indices for the V rows: one per token, or with V
-    /// transposed one per token and channel (channel-major in the cache).
-    pub fn v_idxs(&self, n_new: usize) -> Vec<i64> {
+    /// The element indices for the V rows, into `out`: one per token, or with
+    /// V transposed one per token and channel (channel-major in the cache).
+    pub fn v_idxs_into(&self, n_new: usize, out: &mut Vec<i64>) {
         if !self.layout.v_trans {
-            return self.k_idxs(n_new);
+            return self.k_idxs_into(n_new, out);
         }
+        out.clear();
         let (kv_size, n_embd) = (self.layout.kv_size as i64, self.layout.n_embd_v_gqa as i64);
-        let mut out = Vec::with_capacity(n_new * n_embd as usize);
         for cell in self.n_cached() as i64..(self.n_cached() + n_new) as i64 {
             out.extend((0..n_embd).map(|e| e * kv_size + cell));
         }
-        out
     }
 
-    /// Writes K of the new tokens, `k_cur` [head_dim, n_head_kv, n_new]
-    /// (contiguous), into the cells named by `k_idxs`.
     pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
         let ne = k_cur.ne();
         let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);

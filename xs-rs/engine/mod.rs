@@ -1,4 +1,5 @@
 //! The engine: everything Lugh computes, with no knowledge of perl.
+pub mod alloc_count;
 pub mod arch;
 pub mod backend;
 pub mod compute;

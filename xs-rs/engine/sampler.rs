@@ -80,22 +80,35 @@ pub fn rng_for_call(seed: Option<u64>) -> Rng {
 
 /// The tokens still in the running, with their (adjusted) logits. `probs` is
 /// filled by [`Candidates::softmax`], which also sorts by logit, best first.
-#[derive(Clone, Debug)]
+/// A sampler keeps one and refills it for every token, so after the first
+/// token its vectors are reused, never reallocated.
+#[derive(Clone, Debug, Default)]
 pub struct Candidates {
     pub ids: Vec<i32>,
     pub logits: Vec<f32>,
     pub probs: Vec<f32>,
     sorted: bool,
+    // scratch for reordering
+    order: Vec<usize>,
+    spare_ids: Vec<i32>,
+    spare_logits: Vec<f32>,
 }
 
 impl Candidates {
     pub fn from_logits(logits: &[f32]) -> Candidates {
-        Candidates {
-            ids: (0..logits.len() as i32).collect(),
-            logits: logits.to_vec(),
-            probs: Vec::new(),
-            sorted: false,
-        }
+        let mut c = Candidates::default();
+        c.fill(logits);
+        c
+    }
+
+    /// Every token, with `logits`, unsorted.
+    pub fn fill(&mut self, logits: &[f32]) {
+        self.ids.clear();
+        self.ids.extend(0..logits.len() as i32);
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        self.probs.clear();
+        self.sorted = false;
     }
 
     pub fn len(&self) -> usize {
@@ -111,21 +124,39 @@ impl Candidates {
     pub fn softmax(&mut self) {
         self.sort();
         let max = self.logits.first().copied().unwrap_or(0.0);
-        let exps: Vec<f32> = self.logits.iter().map(|&l| (l - max).exp()).collect();
-        let sum: f32 = exps.iter().sum();
-        self.probs = exps.into_iter().map(|e| e / sum).collect();
+        self.probs.clear();
+        self.probs.extend(self.logits.iter().map(|&l| (l - max).exp()));
+        let sum: f32 = self.probs.iter().sum();
+        self.probs.iter_mut().for_each(|p| *p /= sum);
     }
 
     fn sort(&mut self) {
         if self.sorted {
             return;
         }
-        let mut order: Vec<usize> = (0..self.len()).collect();
-        order.sort_by(|&a, &b| self.better(a, b));
-        self.ids = order.iter().map(|&i| self.ids[i]).collect();
-        self.logits = order.iter().map(|&i| self.logits[i]).collect();
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        order.extend(0..self.len());
+        // (logit, id) is a total order: an unstable sort gives the stable result
+        order.sort_unstable_by(|&a, &b| self.better(a, b));
+        self.reorder(&order);
+        self.order = order;
         self.probs.clear();
         self.sorted = true;
+    }
+
+    /// Keeps the candidates at `order`'s positions, in that order.
+    fn reorder(&mut self, order: &[usize]) {
+        self.spare_ids.clear();
+        self.spare_ids.extend(order.iter().map(|&i| self.ids[i]));
+        self.spare_logits.clear();
+        self.spare_logits.extend(order.iter().map(|&i| self.logits[i]));
+        // copied back rather than swapped, so that each vector keeps its own
+        // capacity (a swap would hand the vocabulary-sized one to the spare)
+        self.ids.clear();
+        self.ids.extend_from_slice(&self.spare_ids);
+        self.logits.clear();
+        self.logits.extend_from_slice(&self.spare_logits);
     }
 
     /// Keeps the `n` best candidates, sorted. Unsorted, it selects them
@@ -133,11 +164,13 @@ impl Candidates {
     fn truncate(&mut self, n: usize) {
         let n = n.max(1);
         if !self.sorted && n < self.len() {
-            let mut order: Vec<usize> = (0..self.len()).collect();
+            let mut order = std::mem::take(&mut self.order);
+            order.clear();
+            order.extend(0..self.len());
             order.select_nth_unstable_by(n - 1, |&a, &b| self.better(a, b));
             order.truncate(n);
-            self.ids = order.iter().map(|&i| self.ids[i]).collect();
-            self.logits = order.iter().map(|&i| self.logits[i]).collect();
+            self.reorder(&order);
+            self.order = order;
             self.probs.clear();
         }
         self.sort();
@@ -183,17 +216,25 @@ pub struct Penalties {
 
 impl Penalties {
     pub fn new(repeat: f32, presence: f32, frequency: f32, history: &[i32], last_n: usize) -> Penalties {
+        let mut p = Penalties { repeat, presence, frequency, counts: Vec::new() };
+        p.count(history, last_n, &mut Vec::new());
+        p
+    }
+
+    /// Counts the last `last_n` tokens of `history` (reusing `counts` and
+    /// the `sorted` scratch vector).
+    pub fn count(&mut self, history: &[i32], last_n: usize, sorted: &mut Vec<i32>) {
         let recent = &history[history.len().saturating_sub(last_n)..];
-        let mut counts: Vec<(i32, u32)> = Vec::new();
-        let mut sorted = recent.to_vec();
+        sorted.clear();
+        sorted.extend_from_slice(recent);
         sorted.sort_unstable();
-        for id in sorted {
-            match counts.last_mut() {
+        self.counts.clear();
+        for &id in sorted.iter() {
+            match self.counts.last_mut() {
                 Some((last, n)) if *last == id => *n += 1,
-                _ => counts.push((id, 1)),
+                _ => self.counts.push((id, 1)),
             }
         }
-        Penalties { repeat, presence, frequency, counts }
     }
 }
 
@@ -282,12 +323,12 @@ impl Step for Temperature {
     fn apply(&mut self, cands: &mut Candidates) {
         if self.0 <= 0.0 {
             let best = cands.argmax();
-            *cands = Candidates {
-                ids: vec![cands.ids[best]],
-                logits: vec![cands.logits[best]],
-                probs: Vec::new(),
-                sorted: true,
-            };
+            cands.ids.swap(0, best);
+            cands.logits.swap(0, best);
+            cands.ids.truncate(1);
+            cands.logits.truncate(1);
+            cands.probs.clear();
+            cands.sorted = true;
             return;
         }
         if self.0 != 1.0 {
@@ -368,13 +409,25 @@ impl SamplerOptions {
 pub struct Sampler {
     options: SamplerOptions,
     rng: Rng,
+    // kept between tokens so that sampling allocates nothing once warm
+    cands: Candidates,
+    penalties: Penalties,
+    sorted_history: Vec<i32>,
 }
 
 impl Sampler {
     pub fn new(options: SamplerOptions) -> Result<Sampler> {
         options.validate()?;
         let rng = rng_for_call(options.seed);
-        Ok(Sampler { options, rng })
+        let penalties = Penalties {
+            repeat: options.repeat_penalty,
+            presence: options.presence_penalty,
+            frequency: options.frequency_penalty,
+            // the penalty window, reserved whole (within reason)
+            counts: Vec::with_capacity(options.penalty_last_n.min(4096)),
+        };
+        let sorted_history = Vec::with_capacity(options.penalty_last_n.min(4096));
+        Ok(Sampler { options, rng, cands: Candidates::default(), penalties, sorted_history })
     }
 
     pub fn options(&self) -> &SamplerOptions {
@@ -390,30 +443,35 @@ impl Sampler {
             return Err(Error::Argument(format!("logit {i} is not a number (NaN)")));
         }
         let o = &self.options;
-        let penalties =
-            Penalties::new(o.repeat_penalty, o.presence_penalty, o.frequency_penalty, history, o.penalty_last_n);
         let greedy = o.greedy || o.temperature <= 0.0;
-        if greedy && penalties.is_neutral() {
+        let no_penalties = o.repeat_penalty == 1.0 && o.presence_penalty == 0.0 && o.frequency_penalty == 0.0;
+        if greedy && no_penalties {
             // the chain would change nothing: the first largest logit, without
             // copying a whole vocabulary of candidates per token
             let best = logits.iter().enumerate().fold(0, |best, (i, &l)| if l > logits[best] { i } else { best });
             return Ok(best as i32);
         }
-        let mut cands = Candidates::from_logits(logits);
-        let mut chain: Vec<Box<dyn Step>> = vec![Box::new(penalties)];
-        if !greedy {
-            chain.push(Box::new(TopK(o.top_k)));
-            chain.push(Box::new(TopP(o.top_p)));
-            chain.push(Box::new(MinP(o.min_p)));
-            chain.push(Box::new(Temperature(o.temperature)));
+        if no_penalties {
+            self.penalties.counts.clear();
+        } else {
+            self.penalties.count(history, o.penalty_last_n, &mut self.sorted_history);
         }
-        for step in chain.iter_mut() {
-            step.apply(&mut cands);
+        self.cands.fill(logits);
+        let (mut top_k, mut top_p, mut min_p, mut temperature) =
+            (TopK(o.top_k), TopP(o.top_p), MinP(o.min_p), Temperature(o.temperature));
+        let chain: [&mut dyn Step; 5] = [&mut self.penalties, &mut top_k, &mut top_p, &mut min_p, &mut temperature];
+        // greedy: the penalties, then the best
+        let steps = if greedy { 1 } else { chain.len() };
+        for step in chain.into_iter().take(steps) {
+            step.apply(&mut self.cands);
         }
         if greedy {
-            return Ok(cands.ids[cands.argmax()]);
+            return Ok(self.cands.ids[self.cands.argmax()]);
         }
-        Ok(self.draw(&mut cands))
+        let mut cands = std::mem::take(&mut self.cands);
+        let id = self.draw(&mut cands);
+        self.cands = cands;
+        Ok(id)
     }
 
     /// The final step: a draw from the softmax of what is left.

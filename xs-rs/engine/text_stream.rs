@@ -7,28 +7,26 @@ pub struct TextStream {
     stops: Vec<Vec<u8>>,
     /// Bytes received but not yet released.
     held: Vec<u8>,
+    /// What the last push released.
+    released: String,
     stopped: bool,
-}
-
-/// What one push released.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Released {
-    pub text: String,
-    /// A stop string was completed; nothing more will be released.
-    pub stopped: bool,
 }
 
 impl TextStream {
     /// Empty stop strings are ignored (the caller rejects them first).
     pub fn new(stops: &[String]) -> TextStream {
         let stops = stops.iter().filter(|s| !s.is_empty()).map(|s| s.as_bytes().to_vec()).collect();
-        TextStream { stops, held: Vec::new(), stopped: false }
+        // room for the usual piece and a held-back stop string from the start
+        TextStream { stops, held: Vec::with_capacity(64), released: String::with_capacity(64), stopped: false }
     }
 
-    /// Adds the bytes of one token; returns the text that is now safe to show.
-    pub fn push(&mut self, bytes: &[u8]) -> Released {
+    /// Adds the bytes of one token; the text now safe to show is then
+    /// [`TextStream::released`]. Returns true once a stop string was
+    /// completed (nothing more will be released). Reuses its buffers.
+    pub fn push(&mut self, bytes: &[u8]) -> bool {
+        self.released.clear();
         if self.stopped {
-            return Released { text: String::new(), stopped: true };
+            return true;
         }
         self.held.extend_from_slice(bytes);
         // Everything released so far cannot start a stop string, so a stop
@@ -36,19 +34,28 @@ impl TextStream {
         let found = self.stops.iter().filter_map(|s| find(&self.held, s)).min();
         if let Some(at) = found {
             self.stopped = true;
-            let text = lossy(&self.held[..at]);
+            push_lossy(&mut self.released, &self.held[..at]);
             self.held.clear();
-            return Released { text, stopped: true };
+            return true;
         }
         let keep = self.partial_stop_len().max(incomplete_utf8_len(&self.held));
-        let release: Vec<u8> = self.held.drain(..self.held.len() - keep).collect();
-        Released { text: lossy(&release), stopped: false }
+        let release = self.held.len() - keep;
+        push_lossy(&mut self.released, &self.held[..release]);
+        self.held.drain(..release);
+        false
+    }
+
+    /// The text the last push released (whole characters, never part of a
+    /// stop string; often empty).
+    pub fn released(&self) -> &str {
+        &self.released
     }
 
     /// The end of generation: whatever is still held (a stop string's
     /// beginning that never completed, or a cut character, shown as U+FFFD).
     pub fn finish(&mut self) -> String {
-        let text = lossy(&self.held);
+        let mut text = String::new();
+        push_lossy(&mut text, &self.held);
         self.held.clear();
         text
     }
@@ -86,8 +93,16 @@ fn incomplete_utf8_len(bytes: &[u8]) -> usize {
     0
 }
 
-fn lossy(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// Appends `bytes` as text, U+FFFD for each invalid sequence (no allocation
+/// when `out` has room).
+fn push_lossy(out: &mut String, bytes: &[u8]) {
+    // as String::from_utf8_lossy, without its temporary string
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        if !chunk.invalid().is_empty() {
+            out.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -100,9 +115,8 @@ mod tests {
         let mut out = Vec::new();
         let mut stopped = false;
         for p in pieces {
-            let r = stream.push(p);
-            out.push(r.text);
-            stopped |= r.stopped;
+            stopped |= stream.push(p);
+            out.push(stream.released().to_string());
         }
         (out, stopped, stream.finish())
     }

@@ -198,9 +198,9 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {
-        args.expect(18, 18, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, greedy, \
-            temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, \
-            seed");
+        args.expect(19, 19, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
+            greedy, temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, \
+            penalty_last_n, seed");
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
@@ -223,10 +223,10 @@ xs_subs! { "Lugh::Inference";
         let on_text = perl.code_arg(args.get(7), "on_text")?;
         let options = GenerateOptions {
             max_tokens: ranged_arg(perl, args.get(3), "max_tokens", 0, i32::MAX as i64)?,
-            sampler: sampler_options(args, 8)?,
+            sampler: sampler_options(args, 9)?,
             eos_token,
             stop,
-            need_text: on_text.is_some(),
+            need_text: on_text.is_some() || perl.is_true(args.get(8)),
         };
         // Each callback's result is already 1 or 0 (the .pm tests its truth
         // inside the call, under the eval).

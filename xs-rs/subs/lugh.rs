@@ -16,6 +16,12 @@ xs_subs! { "Lugh";
         Ok(Ret::One(args.perl().int(live as i64)))
     }
 
+    fn _allocations(args) {
+        args.expect(0, 0, c"");
+        let n = crate::engine::alloc_count::allocations();
+        Ok(Ret::One(args.perl().uint(n)))
+    }
+
     fn available_backends(args) {
         args.expect(0, 0, c"");
         let perl = args.perl();
