@@ -236,6 +236,35 @@ subtest 'continuing a KV cache' => sub {
     is_deeply([ $cache->tokens ], [], 'clear forgets the tokens');
 };
 
+subtest 'log-probabilities' => sub {
+    my @got = $inference->generate(\@prompt, greedy => 1, max_tokens => 5, eos_token => $n_vocab - 1, logprobs => 3,
+        stats => \my %stats);
+    my $lp = $stats{logprobs};
+    is(scalar @$lp, scalar @got, 'one entry per generated token');
+    is_deeply([ map { $_->{token} } @$lp ], \@got, '... in order');
+    for my $e (@$lp) {
+        is(scalar @{ $e->{top} }, 3, 'three alternatives') or last;
+        is($e->{top}[0]{token}, $e->{token}, 'greedy: the chosen token is the best');
+        cmp_ok($e->{logprob}, '<=', 0, 'a log-probability');
+        ok($e->{top}[0]{logprob} >= $e->{top}[1]{logprob} && $e->{top}[1]{logprob} >= $e->{top}[2]{logprob},
+            'best first');
+        ok(defined $e->{text}, 'with its text');
+    }
+    my @logits = $inference->forward(\@prompt);
+    my $max = (sort { $b <=> $a } @logits)[0];
+    my $z = 0;
+    $z += exp($_ - $max) for @logits;
+    cmp_ok(abs($lp->[0]{logprob} - ($logits[ $got[0] ] - $max - log $z)), '<', 1e-3,
+        'the first equals log softmax of forward');
+    $inference->generate(\@prompt, temperature => 2, seed => 1, max_tokens => 2, eos_token => $n_vocab - 1,
+        logprobs => 0, stats => \%stats);
+    is(scalar @{ $stats{logprobs}[0]{top} }, 0, 'logprobs => 0: no alternatives');
+    eval { $inference->generate(\@prompt, max_tokens => 2, logprobs => 2) };
+    like($@, qr/logprobs needs stats/, 'logprobs without stats croaks');
+    eval { $inference->generate(\@prompt, max_tokens => 2, logprobs => -1, stats => \%stats) };
+    like($@, qr/logprobs must be an integer >= 0/, 'negative logprobs croaks');
+};
+
 subtest 'a callback whose result or exception has a dying bool overload' => sub {
     {
         package LughTest::EvilBool;

@@ -28,7 +28,7 @@ my @SAMPLING_ORDER = qw(greedy temperature top_k top_p min_p repeat_penalty pres
 
 my %SAMPLE_DEFAULTS   = (%SAMPLING, history => undef);
 my %GENERATE_DEFAULTS = (%SAMPLING, max_tokens => 128, eos_token => undef, stop => [], callback => undef,
-    on_text => undef, cache => undef, stats => undef);
+    on_text => undef, cache => undef, stats => undef, logprobs => undef);
 my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds generate_seconds);
 
 # The forward family: for each spelling, the leading positional arguments it
@@ -158,10 +158,14 @@ sub generate {
     my @callbacks = map { my $cb = $_; ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb } @opt{qw(callback on_text)};
     # The text is made only when it is read (stats, on_text, stop strings).
     my ($ids, @report) = _generate($self, $prompt, $opt{cache}, @opt{qw(max_tokens eos_token)}, $stop, @callbacks,
-        defined $stats ? 1 : 0, @opt{@SAMPLING_ORDER});
+        defined $stats ? 1 : 0, $opt{logprobs}, @opt{@SAMPLING_ORDER});
+    Lugh::_croak('Lugh::Inference->generate: logprobs needs stats => \\%stats to report them in')
+        if defined $opt{logprobs} && !$stats;
     if ($stats) {
+        my $logprobs = pop @report;
         %$stats = (n_generated => scalar @$ids);
         @{$stats}{@STATS} = @report;
+        $stats->{logprobs} = $self->_logprob_entries($logprobs) if defined $opt{logprobs};
         for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
             ['tokens_per_second', 'n_generated', 'generate_seconds'])
         {
@@ -178,6 +182,24 @@ sub profile {
     my %raw = _profile($self, $opt{reset});
     my $steps = delete $raw{steps};
     return { steps => $steps, map { $_ => { seconds => $raw{$_}[0], count => $raw{$_}[1] } } keys %raw };
+}
+
+# [id, logprob, [[id, logprob], ...]] rows from the engine as hashes with
+# each token's text.
+sub _logprob_entries {
+    my ($self, $rows) = @_;
+    my $tokenizer = Lugh::Tokenizer->new(model => $self->model);
+    my $text = sub { my $b = $tokenizer->token_to_piece($_[0]); utf8::decode($b); $b };
+    return [
+        map {
+            my ($id, $logprob, $top) = @$_;
+            {   token   => $id,
+                text    => $text->($id),
+                logprob => $logprob,
+                top     => [ map { { token => $_->[0], text => $text->($_->[0]), logprob => $_->[1] } } @$top ],
+            }
+        } @$rows
+    ];
 }
 
 # The option names generate() accepts (Lugh::Chat passes them on).
@@ -505,6 +527,22 @@ C<callback>: a callback returned true), C<text> (the generated text, ending
 before a stop string), C<n_prompt>, C<n_reused> (prompt tokens found in the
 cache), C<n_evaluated>, C<n_generated>, C<prompt_seconds>,
 C<generate_seconds>, C<prompt_tokens_per_second> and C<tokens_per_second>.
+
+=head3 Log-probabilities
+
+    $inference->generate(\@prompt, logprobs => 3, stats => \my %stats);
+    for my $t (@{ $stats{logprobs} }) {
+        printf "%-12s %7.3f  (best: %s)\n", $t->{text}, $t->{logprob},
+            join(', ', map { "$_->{text} $_->{logprob}" } @{ $t->{top} });
+    }
+
+With C<< logprobs => N >> (and C<stats>, where they are reported),
+C<< $stats{logprobs} >> has one entry per generated token: C<token> (its id),
+C<text>, C<logprob> (natural logarithm of its probability) and C<top>, the
+C<N> most likely tokens at that step as C<token>, C<text>, C<logprob>, best
+first (0 for none). The probabilities are the softmax of the logits divided
+by the sampling temperature (1 when greedy), as llama-cpp-python reports
+them, before top-k/top-p filtering.
 
 =head2 chat
 

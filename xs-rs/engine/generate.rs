@@ -10,6 +10,7 @@
 //! a token", so it is written against two small traits; [`CachedSession`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
 use super::inference::{ComputePool, Inference, KvCache};
+use super::logits::{log_softmax_into, top_k};
 use super::profile::Phase;
 use super::sampler::{Sampler, SamplerOptions};
 use super::text_stream::TextStream;
@@ -90,6 +91,9 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// The caller wants the text, not only the ids.
     pub need_text: bool,
+    /// Report each generated token's log-probability and this many best
+    /// alternatives.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -100,6 +104,7 @@ impl Default for GenerateOptions {
             eos_token: None,
             stop: Vec::new(),
             need_text: false,
+            logprobs: None,
         }
     }
 }
@@ -142,6 +147,18 @@ pub struct Generation {
     pub n_evaluated: usize,
     pub prompt_seconds: f64,
     pub generate_seconds: f64,
+    /// With `logprobs`: one entry per generated token.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// A generated token's log-probability (natural log, from the logits divided
+/// by the sampling temperature; 1 when greedy) and the best alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub id: i32,
+    pub logprob: f32,
+    /// (id, logprob), best first.
+    pub top: Vec<(i32, f32)>,
 }
 
 /// One generated token as the callback sees it: its id, how many tokens
@@ -182,6 +199,7 @@ pub fn generate<E: From<Error>>(
         n_evaluated: 0,
         prompt_seconds: 0.0,
         generate_seconds: 0.0,
+        logprobs: Vec::new(),
     };
     if options.max_tokens == 0 {
         return Ok(result);
@@ -192,6 +210,7 @@ pub fn generate<E: From<Error>>(
         (None, None) => false,
     };
     let mut stream = TextStream::new(&options.stop);
+    let mut log_probs = Vec::new();
 
     let started = Instant::now();
     source.truncate(n_reused)?;
@@ -217,6 +236,13 @@ pub fn generate<E: From<Error>>(
         if is_eog(id) {
             result.stop_reason = StopReason::EndOfGeneration;
             break;
+        }
+        if let Some(n) = options.logprobs {
+            let s = &options.sampler;
+            let temperature = if s.greedy || s.temperature <= 0.0 { 1.0 } else { s.temperature };
+            log_softmax_into(&logits, temperature, &mut log_probs)?;
+            let top = top_k(&log_probs, n).into_iter().map(|(i, v)| (i as i32, v)).collect();
+            result.logprobs.push(TokenLogprob { id, logprob: log_probs[id as usize], top });
         }
         result.tokens.push(id);
         history.push(id);
@@ -484,6 +510,25 @@ mod tests {
         model.calls.clear();
         let (g, _) = run_full(&mut model, &[0, 3, 3], &greedy(1));
         assert_eq!((g.n_reused, model.calls.clone()), (2, vec![1]));
+    }
+
+    #[test]
+    fn logprobs_of_each_token_and_the_best_alternatives() {
+        let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
+        let options = GenerateOptions { logprobs: Some(2), ..greedy(3) };
+        let (g, _) = run_full(&mut model, &[0], &options);
+        assert_eq!(g.logprobs.len(), 3);
+        // logits: 10 for the next token, 0 for the seven others
+        let best = -(1.0f32 + 7.0 * (-10.0f32).exp()).ln();
+        for (lp, id) in g.logprobs.iter().zip([1, 2, 3]) {
+            assert_eq!(lp.id, id);
+            assert!((lp.logprob - best).abs() < 1e-5);
+            assert_eq!(lp.top.len(), 2);
+            assert_eq!(lp.top[0].0, id);
+            assert!((lp.top[1].1 - (best - 10.0)).abs() < 1e-4);
+        }
+        let (g, _) = run_full(&mut model, &[0], &greedy(3));
+        assert!(g.logprobs.is_empty(), "only when asked");
     }
 
     #[test]

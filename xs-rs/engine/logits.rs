@@ -46,42 +46,15 @@ impl Logits {
     /// The `n` best (id, score) pairs, best first, lower id first among
     /// equals. Selects before sorting, so only n entries are sorted.
     pub fn top_k(&self, n: usize) -> Vec<(usize, f32)> {
-        let better = |a: &usize, b: &usize| {
-            let (x, y) = (self.values[*a], self.values[*b]);
-            // NaN sorts last
-            match (x.is_nan(), y.is_nan()) {
-                (true, false) => std::cmp::Ordering::Greater,
-                (false, true) => std::cmp::Ordering::Less,
-                _ => y.total_cmp(&x).then(a.cmp(b)),
-            }
-        };
-        let mut ids: Vec<usize> = (0..self.values.len()).collect();
-        let n = n.min(ids.len());
-        if n == 0 {
-            return Vec::new();
-        }
-        if n < ids.len() {
-            ids.select_nth_unstable_by(n - 1, better);
-            ids.truncate(n);
-        }
-        ids.sort_by(better);
-        ids.into_iter().map(|i| (i, self.values[i])).collect()
+        top_k(&self.values, n)
     }
 
     /// log(softmax(scores / temperature)), computed stably (the maximum
     /// subtracted first). Temperature must be finite and > 0.
     pub fn log_softmax(&self, temperature: f32) -> Result<Logits> {
-        if !(temperature.is_finite() && temperature > 0.0) {
-            return Err(Error::Argument(format!("temperature must be a finite number > 0, got {temperature}")));
-        }
-        if self.values.iter().any(|v| v.is_nan()) {
-            return Err(Error::Argument("the logits contain NaN".into()));
-        }
-        let max = self.values.iter().copied().fold(f32::NEG_INFINITY, f32::max) / temperature;
-        // f64 for the sum: 262,144 terms
-        let sum: f64 = self.values.iter().map(|&v| f64::from(v / temperature - max).exp()).sum();
-        let log_sum = sum.ln() as f32;
-        Ok(Logits { values: self.values.iter().map(|&v| v / temperature - max - log_sum).collect() })
+        let mut values = Vec::new();
+        log_softmax_into(&self.values, temperature, &mut values)?;
+        Ok(Logits { values })
     }
 
     /// softmax(scores / temperature): the probabilities.
@@ -92,6 +65,47 @@ impl Logits {
         }
         Ok(out)
     }
+}
+
+/// The `n` best (index, value) pairs of `values`, best first, the lower
+/// index first among equals, NaN last.
+pub fn top_k(values: &[f32], n: usize) -> Vec<(usize, f32)> {
+    let better = |a: &usize, b: &usize| {
+        let (x, y) = (values[*a], values[*b]);
+        match (x.is_nan(), y.is_nan()) {
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ => y.total_cmp(&x).then(a.cmp(b)),
+        }
+    };
+    let mut ids: Vec<usize> = (0..values.len()).collect();
+    let n = n.min(ids.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, better);
+        ids.truncate(n);
+    }
+    ids.sort_by(better);
+    ids.into_iter().map(|i| (i, values[i])).collect()
+}
+
+/// log(softmax(values / temperature)) into `out`.
+pub fn log_softmax_into(values: &[f32], temperature: f32, out: &mut Vec<f32>) -> Result<()> {
+    if !(temperature.is_finite() && temperature > 0.0) {
+        return Err(Error::Argument(format!("temperature must be a finite number > 0, got {temperature}")));
+    }
+    if values.iter().any(|v| v.is_nan()) {
+        return Err(Error::Argument("the logits contain NaN".into()));
+    }
+    let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max) / temperature;
+    // f64 for the sum: up to 262,144 terms
+    let sum: f64 = values.iter().map(|&v| f64::from(v / temperature - max).exp()).sum();
+    let log_sum = sum.ln() as f32;
+    out.clear();
+    out.extend(values.iter().map(|&v| v / temperature - max - log_sum));
+    Ok(())
 }
 
 #[cfg(test)]

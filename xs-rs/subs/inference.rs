@@ -1,7 +1,7 @@
 //! XS subs of Lugh::Inference. Option names, defaults and the many spellings
 //! of forward live in Lugh/Inference.pm; these subs take typed positional
 //! arguments (undef = not given).
-use crate::engine::generate::{GenerateOptions, Step};
+use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
@@ -84,6 +84,13 @@ fn rows(perl: Perl, rows: Vec<Vec<f32>>, as_object: bool) -> Sv {
     let outer: Vec<Sv> =
         rows.into_iter().map(|r| if as_object { logits_object(perl, r) } else { perl.float_array_ref(&r) }).collect();
     perl.array_ref(&outer)
+}
+
+/// [id, logprob, [[id, logprob], ...]] for one generated token.
+fn logprob_entry(perl: Perl, lp: &TokenLogprob) -> Sv {
+    let pair = |id: i32, v: f32| perl.array_ref(&[perl.int(id as i64), perl.float(f64::from(v))]);
+    let top: Vec<Sv> = lp.top.iter().map(|&(id, v)| pair(id, v)).collect();
+    perl.array_ref(&[perl.int(lp.id as i64), perl.float(f64::from(lp.logprob)), perl.array_ref(&top)])
 }
 
 fn logits_object(perl: Perl, values: Vec<f32>) -> Sv {
@@ -198,9 +205,9 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {
-        args.expect(19, 19, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
-            greedy, temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty, \
-            penalty_last_n, seed");
+        args.expect(20, 20, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
+            logprobs, greedy, temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, \
+            frequency_penalty, penalty_last_n, seed");
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
@@ -223,10 +230,11 @@ xs_subs! { "Lugh::Inference";
         let on_text = perl.code_arg(args.get(7), "on_text")?;
         let options = GenerateOptions {
             max_tokens: ranged_arg(perl, args.get(3), "max_tokens", 0, i32::MAX as i64)?,
-            sampler: sampler_options(args, 9)?,
+            sampler: sampler_options(args, 10)?,
             eos_token,
             stop,
             need_text: on_text.is_some() || perl.is_true(args.get(8)),
+            logprobs: optional(perl, args.get(9), |sv| ranged_arg(perl, sv, "logprobs", 0, n_vocab as i64))?,
         };
         // Each callback's result is already 1 or 0 (the .pm tests its truth
         // inside the call, under the eval).
@@ -260,6 +268,7 @@ xs_subs! { "Lugh::Inference";
             perl.int(g.n_evaluated as i64),
             perl.float(g.prompt_seconds),
             perl.float(g.generate_seconds),
+            perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()),
         ]))
     }
 
