@@ -47,6 +47,7 @@ require Lugh::Inference;
 require Lugh::KVCache;
 require Lugh::MemoryPool;
 require Lugh::Logits;
+require Lugh::Prompt;
 require Lugh::Chat;
 
 sub version { return $VERSION }

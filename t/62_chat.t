@@ -15,7 +15,7 @@ binmode Test::More->builder->$_, ':encoding(UTF-8)' for qw(output failure_output
 my @MODELS = grep { model_path($_) } qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m);
 plan skip_all => 'needs the SmolLM2 or Qwen test model (run: perl t/fetch-models)' unless @MODELS;
 
-my @QUESTIONS = ('What is the capital of France?', 'And what is the capital of Germany?',
+my @QUESTIONS = ('What is the capital of France? Answer in one sentence.', 'And what is the capital of Germany?',
     'Which of these two cities has more inhabitants? Answer in one sentence.');
 my %GREEDY = (greedy => 1, max_tokens => 48);
 

@@ -133,8 +133,8 @@ mod tests {
         assert!((sum - 1.0).abs() < 1e-6);
         let e = [1f32.exp(), 2f32.exp(), 3f32.exp()];
         let z: f32 = e.iter().sum();
-        for i in 0..3 {
-            assert!((p.values()[i] - e[i] / z).abs() < 1e-6);
+        for (got, e) in p.values().iter().zip(e) {
+            assert!((got - e / z).abs() < 1e-6);
         }
         let hot = l.softmax(0.01).unwrap();
         assert!(hot.values()[2] > 0.999, "a low temperature sharpens");

@@ -2,6 +2,7 @@
 pub mod alloc_count;
 pub mod arch;
 pub mod backend;
+pub mod chat_template;
 pub mod compute;
 pub mod cpu;
 pub mod error;

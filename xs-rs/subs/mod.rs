@@ -7,6 +7,7 @@ mod logits;
 mod lugh;
 mod memory_pool;
 mod model;
+mod prompt;
 mod tokenizer;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
@@ -28,6 +29,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         kv_cache::SUBS,
         logits::SUBS,
         memory_pool::SUBS,
+        prompt::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);
