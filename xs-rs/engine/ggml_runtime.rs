@@ -255,8 +255,21 @@ impl Backend {
     }
 
     /// Runs an allocated graph; false when the backend reports a failure.
+    /// On the CPU it runs on as many of its threads as the process has CPUs
+    /// free (see cpu_budget), the kept pool's other workers idle.
     pub fn compute(&mut self, graph: &GraphCtx) -> bool {
         self.ensure_threadpool();
+        let _grant = if self.is_cpu {
+            let grant = super::cpu_budget::acquire(self.n_threads);
+            if let Some(f) = self.set_threads {
+                // SAFETY: f is the backend's own setter, the backend is live;
+                // the kept pool has at least grant.n workers.
+                unsafe { f(self.ptr, grant.n as c_int) }
+            }
+            Some(grant)
+        } else {
+            None
+        };
         // SAFETY: the graph's tensors are allocated (by a Gallocr) and live.
         unsafe { ggml_backend_graph_compute(self.ptr, graph.graph_ptr()) == GGML_STATUS_SUCCESS }
     }

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod chat_template;
 pub mod compute;
 pub mod cpu;
+pub mod cpu_budget;
 pub mod error;
 pub mod generate;
 pub mod ggml_ops;
