@@ -34,6 +34,12 @@ impl Logits {
 
     /// The id of the highest score, the lowest id among equals (NaN never wins).
     pub fn argmax(&self) -> Option<usize> {
+        if self.values.is_empty() {
+            return None;
+        }
+        if !self.values.iter().any(|v| v.is_nan()) {
+            return Some(first_max_of_numbers(&self.values));
+        }
         let mut best: Option<usize> = None;
         for (i, &v) in self.values.iter().enumerate() {
             if !v.is_nan() && best.is_none_or(|b| v > self.values[b]) {
@@ -65,6 +71,23 @@ impl Logits {
         }
         Ok(out)
     }
+}
+
+/// The index of the first largest value (no NaN in `values`, not empty):
+/// the maximum by independent lanes (so the loop vectorises), then its
+/// first position. A 262,144-entry vocabulary takes tens of microseconds.
+pub fn first_max_of_numbers(values: &[f32]) -> usize {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = if v > *lane { v } else { *lane };
+        }
+    }
+    let max = lanes.iter().chain(rest).copied().fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m });
+    values.iter().position(|&v| v == max).unwrap_or(0)
 }
 
 /// The `n` best (index, value) pairs of `values`, best first, the lower
@@ -111,6 +134,18 @@ pub fn log_softmax_into(values: &[f32], temperature: f32, out: &mut Vec<f32>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_max_is_the_first_largest() {
+        assert_eq!(first_max_of_numbers(&[1.0]), 0);
+        let mut v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32).collect();
+        assert_eq!(first_max_of_numbers(&v), v.iter().position(|&x| x == 999.0).unwrap());
+        v[3] = 5000.0;
+        v[900] = 5000.0;
+        assert_eq!(first_max_of_numbers(&v), 3, "the lowest index among equals");
+        assert_eq!(first_max_of_numbers(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(first_max_of_numbers(&[-3.0, -1.0, -2.0]), 1);
+    }
 
     #[test]
     fn best_and_top_k() {

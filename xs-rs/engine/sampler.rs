@@ -7,6 +7,7 @@
 //! perl's `rand`: a `seed` makes a draw reproducible, and without one the draw
 //! takes its seed from a process-wide default generator that `Lugh::srand`
 //! reseeds.
+use super::logits::first_max_of_numbers;
 use super::{Error, Result};
 use std::sync::Mutex;
 
@@ -76,23 +77,6 @@ pub fn rng_for_call(seed: Option<u64>) -> Rng {
             Rng::new(default.next_u64())
         }
     }
-}
-
-/// The index of the first largest value (no NaN in `values`, not empty):
-/// the maximum by independent lanes (so the loop vectorises), then its
-/// first position. A 262,144-entry vocabulary takes tens of microseconds.
-fn first_max(values: &[f32]) -> usize {
-    const LANES: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let chunks = values.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane = if v > *lane { v } else { *lane };
-        }
-    }
-    let max = lanes.iter().chain(rest).copied().fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m });
-    values.iter().position(|&v| v == max).unwrap_or(0)
 }
 
 /// The tokens still in the running, with their (adjusted) logits. `probs` is
@@ -467,7 +451,7 @@ impl Sampler {
         if greedy && no_penalties {
             // the chain would change nothing: the first largest logit, without
             // copying a whole vocabulary of candidates per token
-            return Ok(first_max(logits) as i32);
+            return Ok(first_max_of_numbers(logits) as i32);
         }
         if no_penalties {
             self.penalties.counts.clear();
@@ -525,18 +509,6 @@ mod tests {
         let mut r = Rng::new(7);
         let mean: f64 = (0..100_000).map(|_| r.next_f64()).sum::<f64>() / 100_000.0;
         assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
-    }
-
-    #[test]
-    fn first_max_is_the_first_largest() {
-        assert_eq!(first_max(&[1.0]), 0);
-        let mut v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32).collect();
-        assert_eq!(first_max(&v), v.iter().position(|&x| x == 999.0).unwrap());
-        v[3] = 5000.0;
-        v[900] = 5000.0;
-        assert_eq!(first_max(&v), 3, "the lowest index among equals");
-        assert_eq!(first_max(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
-        assert_eq!(first_max(&[-3.0, -1.0, -2.0]), 1);
     }
 
     #[test]
