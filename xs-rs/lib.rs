@@ -11,9 +11,9 @@ pub mod engine;
 #[global_allocator]
 static ALLOCATOR: engine::alloc_count::CountingAllocator = engine::alloc_count::CountingAllocator;
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fuzzing")))]
 pub mod glue;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fuzzing")))]
 mod subs;
 
 /// The entry point DynaLoader calls (`bootstrap Lugh`). It is the only
@@ -21,7 +21,7 @@ mod subs;
 ///
 /// # Safety
 /// Called by perl with its interpreter and the bootstrap CV.
-#[cfg(all(not(test), perl_multiplicity))]
+#[cfg(all(not(any(test, feature = "fuzzing")), perl_multiplicity))]
 #[no_mangle]
 pub unsafe extern "C" fn boot_Lugh(p: glue::Interp, cv: glue::Cv) {
     subs::boot(p, cv)
@@ -31,7 +31,7 @@ pub unsafe extern "C" fn boot_Lugh(p: glue::Interp, cv: glue::Cv) {
 ///
 /// # Safety
 /// Called by perl with the bootstrap CV.
-#[cfg(all(not(test), not(perl_multiplicity)))]
+#[cfg(all(not(any(test, feature = "fuzzing")), not(perl_multiplicity)))]
 #[no_mangle]
 pub unsafe extern "C" fn boot_Lugh(cv: glue::Cv) {
     subs::boot(std::ptr::null_mut(), cv)
