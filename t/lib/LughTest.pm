@@ -12,7 +12,8 @@ use Exporter 'import';
 use File::Spec;
 use Test::More ();
 
-our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like @TEST_MODELS);
+our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
+    arch_models @TEST_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -69,6 +70,46 @@ sub require_model {
             . " (run: perl t/fetch-models)");
 }
 
+# The Python packages t/make-arch-models needs, pinned so that a seed always
+# gives the same files (numpy's random streams may change between releases).
+our @GGUF_PYTHON_PACKAGES = ('gguf==0.17.1', 'numpy==2.4.6');
+
+# A python that can import gguf: $LUGH_PYTHON, the venv that
+# `perl t/fetch-models gguf-python` makes (MODEL_DIR/venv-gguf), or python3
+# if it has the package; undef when none has it.
+sub gguf_python {
+    my @candidates = grep {defined} $ENV{LUGH_PYTHON}, File::Spec->catfile(model_dir(), 'venv-gguf', 'bin', 'python'),
+        'python3';
+    for my $python (@candidates) {
+        next if $python =~ m{/} && !-x $python;
+        return $python if system("$python -c 'import gguf, numpy' >/dev/null 2>&1") == 0;
+    }
+    return undef;
+}
+
+# Writes the random-weight architecture models (t/make-arch-models) for
+# @cases (names or JSON overrides; all when empty) into $dir with $seed.
+# Returns { name => path }, or a string saying why it could not.
+sub arch_models {
+    my ($dir, $seed, @cases) = @_;
+    my $python = gguf_python()
+        or return "no python with the gguf package (run: perl t/fetch-models gguf-python)";
+    -f File::Spec->catfile(model_dir(), "ggml-vocab-$_.gguf")
+        or return "vocab file ggml-vocab-$_ not found (run: perl t/fetch-models vocab)" for qw(llama-spm gpt-2);
+    my $lib = (File::Spec->splitpath(File::Spec->rel2abs(__FILE__)))[1];
+    my $script = File::Spec->catfile($lib, File::Spec->updir, 'make-arch-models');
+    my @cmd = ($python, $script, '--out', $dir, '--vocab-dir', model_dir(), '--seed', $seed, @cases);
+    open my $out, '-|', @cmd or return "cannot run $python: $!";
+    my %paths;
+    while (my $line = <$out>) {
+        chomp $line;
+        my ($name) = $line =~ m{([^/]+)\.gguf\z} or next;
+        $paths{$name} = $line;
+    }
+    close $out or return "t/make-arch-models failed (exit status " . ($? >> 8) . ")";
+    return \%paths;
+}
+
 # t/data/reference: llama.cpp's outputs for the parity tests (per CPU kernel
 # variant) and its token ids (t/data/reference/tokens), shipped with the
 # distribution; $LUGH_REFERENCE_DIR replaces it.
@@ -78,13 +119,16 @@ sub reference_dir {
     return File::Spec->catdir($lib, File::Spec->updir, 'data', 'reference');
 }
 
-# One decoded JSON object per line (JSON::PP is core).
+# One decoded JSON object per line (JSON::PP is core). A token's text in
+# llama.cpp's output may be part of a UTF-8 character: such bytes become
+# U+FFFD (only ids and logits are compared).
 sub read_jsonl {
     my ($path) = @_;
     require JSON::PP;
-    my $json = JSON::PP->new->utf8;
+    require Encode;
+    my $json = JSON::PP->new;
     open my $fh, '<:raw', $path or die "cannot read $path: $!";
-    my @rows = map { $json->decode($_) } grep {/\S/} <$fh>;
+    my @rows = map { $json->decode(Encode::decode('UTF-8', $_)) } grep {/\S/} <$fh>;
     return \@rows;
 }
 

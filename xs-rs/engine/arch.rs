@@ -57,8 +57,29 @@ pub struct ArchSpec {
     /// Sliding-window layers: every `swa_pattern`-th layer is global, the rest
     /// use the window, with the SWA rope base (Gemma 3's default pattern 6).
     pub swa_pattern: Option<u32>,
-    /// Default rope base of the sliding-window layers.
-    pub swa_rope_base: f32,
+    /// The window when the file gives none (Gemma 2: 4096; 0 = no sliding
+    /// window unless the file sets one).
+    pub swa_default_window: u32,
+    /// Default rope base of the sliding-window layers (their scale is 1);
+    /// None: the global base and scale (Gemma 2).
+    pub swa_rope_base: Option<f32>,
+    /// The block count at which Q is scaled by 1/sqrt(n_embd / n_head)
+    /// instead of 1/sqrt(head_dim) (Gemma's 27B models, as llama.cpp).
+    pub wide_query_scale_at: Option<usize>,
+    /// An optional `rope_freqs` tensor of per-dimension frequency factors
+    /// (Llama 3's rope scaling).
+    pub rope_factors: bool,
+    /// Attention logits soft-capped before the softmax (Gemma 2): the key
+    /// `attn_logit_softcapping`, default 50.
+    pub attn_softcap: bool,
+    /// The final logit soft-cap when the file gives none (0 = none; Gemma 2: 30).
+    pub final_softcap_default: f32,
+    /// Granite's multipliers: `embedding_scale` on the embeddings,
+    /// `residual_scale` on each block's output before the residual add, and
+    /// the logits divided by `logit_scale` (required).
+    pub granite_scales: bool,
+    /// The output projection is always the token embedding matrix (Gemma 2).
+    pub output_is_embd: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -72,25 +93,51 @@ const LLAMA: ArchSpec = ArchSpec {
     embed_scale_sqrt: false,
     scale_q: false,
     swa_pattern: None,
-    swa_rope_base: 10000.0,
+    swa_default_window: 0,
+    swa_rope_base: Some(10000.0),
+    wide_query_scale_at: None,
+    rope_factors: true,
+    attn_softcap: false,
+    final_softcap_default: 0.0,
+    granite_scales: false,
+    output_is_embd: false,
+};
+
+/// Gemma 3, which Gemma 2 changes.
+const GEMMA3: ArchSpec = ArchSpec {
+    name: "gemma3",
+    rope: Rope::Neox,
+    qkv_bias: false,
+    qk_norm: true,
+    post_norms: true,
+    act: Activation::GeGlu,
+    embed_scale_sqrt: true,
+    scale_q: true,
+    swa_pattern: Some(6),
+    wide_query_scale_at: Some(62),
+    rope_factors: false,
+    ..LLAMA
 };
 
 /// The table of supported architectures.
 pub const ARCHITECTURES: &[ArchSpec] = &[
     LLAMA,
-    ArchSpec { name: "qwen2", rope: Rope::Neox, ..LLAMA },
+    ArchSpec { name: "qwen2", rope: Rope::Neox, rope_factors: false, ..LLAMA },
+    ArchSpec { name: "qwen3", rope: Rope::Neox, qkv_bias: false, qk_norm: true, rope_factors: false, ..LLAMA },
     ArchSpec {
-        name: "gemma3",
-        rope: Rope::Neox,
-        qkv_bias: false,
-        qk_norm: true,
-        post_norms: true,
-        act: Activation::GeGlu,
-        embed_scale_sqrt: true,
-        scale_q: true,
-        swa_pattern: Some(6),
-        ..LLAMA
+        name: "gemma2",
+        qk_norm: false,
+        swa_pattern: Some(2),
+        swa_default_window: 4096,
+        swa_rope_base: None,
+        wide_query_scale_at: Some(46),
+        attn_softcap: true,
+        final_softcap_default: 30.0,
+        output_is_embd: true,
+        ..GEMMA3
     },
+    GEMMA3,
+    ArchSpec { name: "granite", qkv_bias: false, granite_scales: true, ..LLAMA },
 ];
 
 /// The row for `name`, or an error naming the file (`path`), the
@@ -123,10 +170,19 @@ pub struct HParams {
     pub n_swa: u32,
     pub swa_layers: Vec<bool>,
     pub rope_freq_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
     /// Scale applied to Q (scale_q architectures) or inside the softmax.
     pub attention_scale: f32,
     /// Final logit softcapping (0 = none).
     pub final_logit_softcap: f32,
+    /// Attention logit softcapping (0 = none).
+    pub attn_softcap: f32,
+    /// Multiplier of the token embeddings (0 = none).
+    pub embedding_scale: f32,
+    /// Multiplier of each block's output before its residual add (0 = none).
+    pub residual_scale: f32,
+    /// The logits are divided by this (1 = none).
+    pub logit_scale: f32,
 }
 
 impl HParams {
@@ -161,14 +217,17 @@ impl HParams {
         let n_ff = positive(model.n_ff(), "feed_forward_length")?;
         let n_vocab = positive(model.n_vocab(), "vocab_size")?;
         let n_ctx_train = positive(model.n_ctx_train(), "context_length")?;
-        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+        let key_length = int("attention.key_length");
+        let value_length = int("attention.value_length");
+        // Without explicit head sizes a head is n_embd / n_head wide.
+        if (n_embd % n_head != 0 && (key_length.is_none() || value_length.is_none())) || n_head % n_head_kv != 0 {
             return Err(Error::Corrupt {
                 path: model.path().clone(),
                 what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
             });
         }
-        let head_dim_k = int("attention.key_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
-        let head_dim_v = int("attention.value_length").map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let head_dim_k = key_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let head_dim_v = value_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
         let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
         // n_rot's range is validate.rs's (it names the rule)
         if head_dim_k == 0 || head_dim_v == 0 {
@@ -193,19 +252,41 @@ impl HParams {
             }
         };
         let n_swa = match spec.swa_pattern {
-            Some(_) => int("attention.sliding_window").filter(|&w| w > 0).unwrap_or(0) as u32,
+            Some(_) => match int("attention.sliding_window") {
+                Some(w) => w.clamp(0, u32::MAX as i64) as u32,
+                None => spec.swa_default_window,
+            },
             None => 0,
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);
-        let rope_freq_base_swa = float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(spec.swa_rope_base);
-        // llama.cpp: 1/sqrt(head_dim), except Gemma 3 27B (62 layers) which
-        // uses 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
-        let attention_scale = if spec.scale_q && n_layer == 62 {
+        let (rope_freq_base_swa, rope_freq_scale_swa) = match spec.swa_rope_base {
+            Some(base) => (float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(base), 1.0),
+            None => (float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(rope_freq_base), rope_freq_scale),
+        };
+        // llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
+        // 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
+        let attention_scale = if spec.scale_q && spec.wide_query_scale_at == Some(n_layer) {
             1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else if spec.scale_q {
+            1.0 / (head_dim_k as f32).sqrt()
         } else {
             float("attention.scale").map(|v| v as f32).filter(|&s| s != 0.0).unwrap_or(1.0 / (head_dim_k as f32).sqrt())
         };
-        let final_logit_softcap = float("final_logit_softcapping").unwrap_or(0.0) as f32;
+        let final_logit_softcap = float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
+        let attn_softcap = if spec.attn_softcap { float("attn_logit_softcapping").unwrap_or(50.0) as f32 } else { 0.0 };
+        let (mut embedding_scale, mut residual_scale, mut logit_scale) = (0.0, 0.0, 1.0);
+        if spec.granite_scales {
+            embedding_scale = float("embedding_scale").unwrap_or(0.0) as f32;
+            residual_scale = float("residual_scale").unwrap_or(0.0) as f32;
+            logit_scale = float("logit_scale").ok_or_else(|| missing("logit_scale"))? as f32;
+            // rope.scaling.finetuned = false turns RoPE off in llama.cpp's Granite
+            if model.gguf.arch_value("rope.scaling.finetuned").and_then(|v| v.as_bool()) == Some(false) {
+                return Err(Error::Invalid {
+                    path: model.path().clone(),
+                    what: format!("{arch}.rope.scaling.finetuned is false (no RoPE), which Lugh does not support"),
+                });
+            }
+        }
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -223,8 +304,13 @@ impl HParams {
             n_swa,
             swa_layers,
             rope_freq_base_swa,
+            rope_freq_scale_swa,
             attention_scale,
             final_logit_softcap,
+            attn_softcap,
+            embedding_scale,
+            residual_scale,
+            logit_scale,
         })
     }
 }

@@ -418,14 +418,15 @@ impl GraphCtx {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_transpose(self.c(), a.0) })
     }
-    pub fn rope_ext(&self, a: Tensor, pos: Tensor, p: &RopeParams) -> Tensor {
+    /// RoPE; `factors` divides each dimension pair's frequency (Llama 3).
+    pub fn rope_ext(&self, a: Tensor, pos: Tensor, factors: Option<Tensor>, p: &RopeParams) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe {
             ggml_rope_ext(
                 self.c(),
                 a.0,
                 pos.0,
-                std::ptr::null_mut(),
+                factors.map_or(std::ptr::null_mut(), |f| f.0),
                 p.n_dims,
                 p.mode,
                 p.n_ctx_orig,

@@ -104,6 +104,8 @@ impl Blueprint<'_> {
         if self.spec.embed_scale_sqrt {
             inp_l = g.scale(inp_l, (hp.n_embd as f32).sqrt());
             name(inp_l, "inp_scaled", None);
+        } else if hp.embedding_scale != 0.0 {
+            inp_l = g.scale(inp_l, hp.embedding_scale);
         }
         g.expand(inp_l);
 
@@ -120,6 +122,9 @@ impl Blueprint<'_> {
             if let Some(post) = layer.attn_post_norm {
                 cur = b.norm(cur, Some(post), "attn_post_norm", Some(il));
             }
+            if hp.residual_scale != 0.0 {
+                cur = g.scale(cur, hp.residual_scale);
+            }
             let ffn_inp = g.add(cur, residual);
             name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
             let cur = b.norm(ffn_inp, Some(layer.ffn_norm), "ffn_norm", Some(il));
@@ -128,6 +133,9 @@ impl Blueprint<'_> {
             if let Some(post) = layer.ffn_post_norm {
                 cur = b.norm(cur, Some(post), "ffn_post_norm", Some(il));
             }
+            if hp.residual_scale != 0.0 {
+                cur = g.scale(cur, hp.residual_scale);
+            }
             let out = g.add(cur, ffn_inp);
             name(out, "l_out", Some(il));
             inp_l = out;
@@ -135,6 +143,9 @@ impl Blueprint<'_> {
 
         let cur = b.norm(inp_l, Some(w.output_norm), "result_norm", None);
         let mut logits = g.mul_mat(w.output, cur);
+        if hp.logit_scale != 1.0 {
+            logits = g.scale(logits, 1.0 / hp.logit_scale);
+        }
         if hp.final_logit_softcap != 0.0 {
             let cap = hp.final_logit_softcap;
             logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);
@@ -189,13 +200,13 @@ impl Builder<'_, '_> {
             mode: self.bp.spec.rope.ggml_mode(),
             n_ctx_orig: hp.n_ctx_train as i32,
             freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
-            freq_scale: if swa { 1.0 } else { hp.rope_freq_scale },
+            freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
             ext_factor: 0.0,
             attn_factor: 1.0,
             beta_fast: 32.0,
             beta_slow: 1.0,
         };
-        self.g.rope_ext(x, pos, &p)
+        self.g.rope_ext(x, pos, self.bp.weights.rope_freqs, &p)
     }
 
     /// Self-attention of one layer: Q/K/V projections, (Q/K norms,) RoPE,
@@ -268,20 +279,23 @@ impl Builder<'_, '_> {
 
     /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
     fn attn_mha(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32, v_trans: bool) -> Tensor {
-        let g = self.g;
+        let (g, hp) = (self.g, self.bp.hp);
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
         let v = g.permute(v, [0, 2, 1, 3]);
         if self.bp.flash_attn {
             let v = if v_trans { g.transpose(v) } else { v };
-            let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0);
+            let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, hp.attn_softcap);
             g.flash_attn_set_n_kv_max(cur, 0);
             g.prec_f32(cur);
             let ne = cur.ne();
             return g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3]);
         }
-        let kq = g.mul_mat(k, q);
+        let mut kq = g.mul_mat(k, q);
         g.prec_f32(kq);
+        if hp.attn_softcap != 0.0 {
+            kq = g.scale(g.tanh(g.scale(kq, 1.0 / hp.attn_softcap)), hp.attn_softcap);
+        }
         let kq = g.soft_max_ext(kq, mask, kq_scale, 0.0);
         let v = if v_trans { v } else { g.cont(g.transpose(v)) };
         let kqv = g.mul_mat(v, kq);

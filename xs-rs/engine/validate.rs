@@ -101,9 +101,6 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
             format!("{} KV heads must divide {} heads", hp.n_head_kv, hp.n_head),
         ));
     }
-    if hp.n_embd % hp.n_head != 0 {
-        return Err(bad("attention.head_count", format!("{} heads must divide n_embd {}", hp.n_head, hp.n_embd)));
-    }
     if hp.n_rot == 0 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim_k {
         return Err(bad(
             "rope.dimension_count",
@@ -141,6 +138,17 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
             "final_logit_softcapping",
             format!("is {}, but must be a finite number >= 0 (0 = none)", hp.final_logit_softcap),
         ));
+    }
+    if spec.attn_softcap && !(hp.attn_softcap.is_finite() && hp.attn_softcap > 0.0) {
+        return Err(bad("attn_logit_softcapping", format!("is {}, but must be a finite number > 0", hp.attn_softcap)));
+    }
+    if !(hp.logit_scale.is_finite() && hp.logit_scale != 0.0) {
+        return Err(bad("logit_scale", format!("is {}, but must be a finite number other than 0", hp.logit_scale)));
+    }
+    for (key, v) in [("embedding_scale", hp.embedding_scale), ("residual_scale", hp.residual_scale)] {
+        if !v.is_finite() {
+            return Err(bad(key, format!("is {v}, but must be a finite number")));
+        }
     }
     if hp.n_swa > 0 {
         rope_base("rope.freq_base_swa", hp.rope_freq_base_swa)?;
@@ -201,8 +209,13 @@ mod tests {
             n_swa: if gemma { 8 } else { 0 },
             swa_layers: vec![gemma, false],
             rope_freq_base_swa: 10000.0,
+            rope_freq_scale_swa: 1.0,
             attention_scale: 0.25,
             final_logit_softcap: 0.0,
+            attn_softcap: if arch == "gemma2" { 50.0 } else { 0.0 },
+            embedding_scale: 0.0,
+            residual_scale: 0.0,
+            logit_scale: 1.0,
         }
     }
 
@@ -222,7 +235,7 @@ mod tests {
 
     #[test]
     fn valid_hparams_pass() {
-        for arch in ["llama", "qwen2", "gemma3"] {
+        for arch in crate::engine::arch::ARCHITECTURES.iter().map(|a| a.name) {
             check(arch, |_| {}).unwrap();
         }
     }
@@ -238,14 +251,12 @@ mod tests {
     fn heads_must_divide() {
         refused("llama", |h| h.n_head_kv = 3, &["attention.head_count_kv", "3 KV heads must divide 4"]);
         refused("llama", |h| h.n_head_kv = 8, &["attention.head_count_kv"]);
-        refused(
-            "llama",
-            |h| {
-                h.n_head = 3;
-                h.n_head_kv = 1;
-            },
-            &["llama.attention.head_count:", "3 heads must divide n_embd 64"],
-        );
+        // with explicit head sizes n_head need not divide n_embd (Qwen3, Gemma)
+        check("qwen3", |h| {
+            h.n_head = 3;
+            h.n_head_kv = 1;
+        })
+        .unwrap();
     }
 
     #[test]
@@ -259,6 +270,9 @@ mod tests {
         refused("llama", |h| h.norm_eps = f32::NAN, &["layer_norm_rms_epsilon"]);
         refused("gemma3", |h| h.final_logit_softcap = -1.0, &["final_logit_softcapping"]);
         refused("gemma3", |h| h.rope_freq_base_swa = 0.5, &["gemma3.rope.freq_base_swa"]);
+        refused("gemma2", |h| h.attn_softcap = 0.0, &["gemma2.attn_logit_softcapping", "> 0"]);
+        refused("granite", |h| h.logit_scale = 0.0, &["granite.logit_scale"]);
+        refused("granite", |h| h.residual_scale = f32::NAN, &["granite.residual_scale"]);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub enum TensorKind {
     FfnUp,
     FfnDown,
     FfnPostNorm,
+    RopeFreqs,
 }
 
 /// The op a weight feeds, which decides the buffer types it may live in.
@@ -63,6 +64,7 @@ impl TensorKind {
             FfnUp => "ffn_up",
             FfnDown => "ffn_down",
             FfnPostNorm => "post_ffw_norm",
+            RopeFreqs => "rope_freqs",
         }
     }
 
@@ -120,6 +122,8 @@ pub struct ModelWeights {
     pub tok_embd: Tensor,    // [n_embd, n_vocab]
     pub output_norm: Tensor, // [n_embd]
     pub output: Tensor,      // [n_embd, n_vocab] (a second tensor over token_embd when tied)
+    /// RoPE frequency factors [n_rot / 2] (Llama 3), shared by all layers.
+    pub rope_freqs: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
     /// (buffer type name, bytes) per buffer, for diagnostics.
     pub placement: Vec<(String, usize)>,
@@ -264,10 +268,14 @@ impl ModelWeights {
         use TensorKind::*;
         let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
         let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
-        let output = match ld.want(Output, None, "weight", false, &[n_embd, n_vocab])? {
+        let own_output =
+            if spec.output_is_embd { None } else { ld.want(Output, None, "weight", false, &[n_embd, n_vocab])? };
+        let output = match own_output {
             Some(i) => i,
             None => ld.want_as(Output, TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap(),
         };
+        let rope_freqs =
+            if spec.rope_factors { ld.want(RopeFreqs, None, "weight", false, &[hp.n_rot as i64 / 2])? } else { None };
         struct LayerIdx {
             attn_norm: usize,
             q: usize,
@@ -349,6 +357,7 @@ impl ModelWeights {
             tok_embd: t(tok_embd),
             output_norm: t(output_norm),
             output: t(output),
+            rope_freqs: o(rope_freqs),
             layers,
             placement,
             _buffers: buffers,

@@ -1,0 +1,60 @@
+use strict;
+use warnings;
+use Test::More;
+use File::Temp qw(tempdir);
+use lib 't/lib';
+use LughTest qw(arch_models);
+use LughTestInference qw(reference_cases reference_variants check_reference_case check_cross_variant_case);
+use Lugh;
+
+# Every architecture row against llama.cpp b11434 (issue #12), on tiny
+# random-weight models that t/make-arch-models writes (seed 1; the gguf
+# Python package pinned by `perl t/fetch-models gguf-python`) with real
+# vocabularies: GQA and MHA, odd head counts, head sizes other than
+# n_embd / n_head, tied and separate outputs, Q8_0/F16/F32 weights. The
+# expected outputs (t/data/reference/VARIANT/arch.CASE.fa-on|off.jsonl) come
+# from bench/make-arch-reference. Where this build's kernel variant has them:
+# top-20 logits within 0.05 and the 16-token greedy continuation identical;
+# else the cross-variant comparison of t/50_parity.t.
+
+my $dir = tempdir(CLEANUP => 1);
+my $models = arch_models($dir, 1);
+plan skip_all => $models unless ref $models;
+
+my $own = Lugh::cpu_features()->{variant};
+my @variants = reference_variants();
+my @against = (grep { $_ eq $own } @variants) ? ($own) : @variants;
+diag($against[0] eq $own
+    ? "strict comparison with llama.cpp built for this build's kernel variant ($own)"
+    : "no reference for this build's kernel variant ($own): cross-variant comparison with @against");
+
+my %seen_arch;
+for my $name (sort keys %$models) {
+    my $model = Lugh::Model->new(model => $models->{$name});
+    my $tokenizer = Lugh::Tokenizer->new(model => $model);
+    $seen_arch{ $model->architecture }++;
+    for my $fa (qw(on off)) {
+        my $inference = Lugh::Inference->new(model => $model, n_ctx => 256, n_threads => 2, flash_attn => $fa eq 'on' ? 1 : 0);
+        for my $variant (@against) {
+            my @cases = reference_cases('arch', $name, $fa, $variant);
+            if (!@cases) {
+                fail("$name fa-$fa: no reference outputs in t/data/reference/$variant (run bench/make-arch-reference)");
+                next;
+            }
+            my $worst = 0;
+            for my $case (@cases) {
+                (my $short = substr($case->{prompt}, 0, 20)) =~ s/\n/\\n/g;
+                my $label = "$name (" . $model->architecture . ") fa-$fa '$short' vs $variant";
+                my $diff = $variant eq $own
+                    ? check_reference_case($inference, $tokenizer, $case, $label, 0.05, 16)
+                    : check_cross_variant_case($inference, $tokenizer, $case, $label);
+                $worst = $diff if $diff > $worst;
+            }
+            diag(sprintf "%-20s %-8s fa-%-3s vs %s: worst top-20 logit difference %.5f",
+                $name, $model->architecture, $fa, $variant, $worst);
+        }
+    }
+}
+diag('architectures covered: ' . join ' ', sort keys %seen_arch);
+
+done_testing;
