@@ -36,19 +36,34 @@ pub enum Activation {
     GeGlu,
 }
 
+/// Tensors of RoPE frequency factors ([n_rot / 2], dividing each pair's frequency).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// `rope_freqs` (Llama 3); with rope scaling type `longrope`, LongShort.
+    Freqs,
+    /// `rope_factors_long` when the context exceeds the original training
+    /// context (`rope.scaling.original_context_length`), else
+    /// `rope_factors_short` (Phi-3's LongRoPE).
+    LongShort,
+}
+
 /// One supported architecture: the switches that distinguish it.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchSpec {
     /// `general.architecture` in the GGUF file.
     pub name: &'static str,
     pub rope: Rope,
-    /// Q/K/V projections may carry biases (optional tensors).
-    pub qkv_bias: bool,
+    /// The attention output projection may carry a bias (optional tensor;
+    /// Q/K/V biases and a fused attn_qkv are optional for every row).
+    pub out_bias: bool,
     /// Per-head RMSNorm of Q and K before RoPE (Gemma 3).
     pub qk_norm: bool,
     /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3).
     pub post_norms: bool,
     pub act: Activation,
+    /// One `ffn_up` of 2 * n_ff rows holding gate and up, no `ffn_gate` (Phi-3).
+    pub fused_ffn_up: bool,
     /// Token embeddings are multiplied by sqrt(n_embd) (Gemma).
     pub embed_scale_sqrt: bool,
     /// Q is scaled by 1/sqrt(head_dim) before attention (kq scale 1 then), as
@@ -66,9 +81,9 @@ pub struct ArchSpec {
     /// The block count at which Q is scaled by 1/sqrt(n_embd / n_head)
     /// instead of 1/sqrt(head_dim) (Gemma's 27B models, as llama.cpp).
     pub wide_query_scale_at: Option<usize>,
-    /// An optional `rope_freqs` tensor of per-dimension frequency factors
-    /// (Llama 3's rope scaling).
-    pub rope_factors: bool,
+    /// Which optional tensors of per-dimension RoPE frequency factors the
+    /// architecture reads.
+    pub rope_factors: RopeFactors,
     /// Attention logits soft-capped before the softmax (Gemma 2): the key
     /// `attn_logit_softcapping`, default 50.
     pub attn_softcap: bool,
@@ -86,17 +101,18 @@ pub struct ArchSpec {
 const LLAMA: ArchSpec = ArchSpec {
     name: "llama",
     rope: Rope::Norm,
-    qkv_bias: true,
+    out_bias: true,
     qk_norm: false,
     post_norms: false,
     act: Activation::SwiGlu,
+    fused_ffn_up: false,
     embed_scale_sqrt: false,
     scale_q: false,
     swa_pattern: None,
     swa_default_window: 0,
     swa_rope_base: Some(10000.0),
     wide_query_scale_at: None,
-    rope_factors: true,
+    rope_factors: RopeFactors::Freqs,
     attn_softcap: false,
     final_softcap_default: 0.0,
     granite_scales: false,
@@ -107,7 +123,7 @@ const LLAMA: ArchSpec = ArchSpec {
 const GEMMA3: ArchSpec = ArchSpec {
     name: "gemma3",
     rope: Rope::Neox,
-    qkv_bias: false,
+    out_bias: false,
     qk_norm: true,
     post_norms: true,
     act: Activation::GeGlu,
@@ -115,15 +131,31 @@ const GEMMA3: ArchSpec = ArchSpec {
     scale_q: true,
     swa_pattern: Some(6),
     wide_query_scale_at: Some(62),
-    rope_factors: false,
+    rope_factors: RopeFactors::None,
     ..LLAMA
 };
 
 /// The table of supported architectures.
 pub const ARCHITECTURES: &[ArchSpec] = &[
     LLAMA,
-    ArchSpec { name: "qwen2", rope: Rope::Neox, rope_factors: false, ..LLAMA },
-    ArchSpec { name: "qwen3", rope: Rope::Neox, qkv_bias: false, qk_norm: true, rope_factors: false, ..LLAMA },
+    ArchSpec { name: "qwen2", rope: Rope::Neox, out_bias: false, rope_factors: RopeFactors::None, ..LLAMA },
+    ArchSpec {
+        name: "qwen3",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: true,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "phi3",
+        rope: Rope::Neox,
+        out_bias: false,
+        fused_ffn_up: true,
+        scale_q: true,
+        rope_factors: RopeFactors::LongShort,
+        ..LLAMA
+    },
     ArchSpec {
         name: "gemma2",
         qk_norm: false,
@@ -137,7 +169,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..GEMMA3
     },
     GEMMA3,
-    ArchSpec { name: "granite", qkv_bias: false, granite_scales: true, ..LLAMA },
+    ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
 ];
 
 /// The row for `name`, or an error naming the file (`path`), the
@@ -166,6 +198,13 @@ pub struct HParams {
     pub norm_eps: f32,
     pub rope_freq_base: f32,
     pub rope_freq_scale: f32,
+    /// RoPE's magnitude factor (`rope.scaling.attn_factor`, default 1).
+    pub rope_attn_factor: f32,
+    /// The context the RoPE factors were trained for
+    /// (`rope.scaling.original_context_length`, default n_ctx_train).
+    pub n_ctx_orig_yarn: usize,
+    /// The rope scaling type is LongRoPE (long/short factor tensors).
+    pub longrope: bool,
     /// Sliding window size (0 = none) and which layers use it.
     pub n_swa: u32,
     pub swa_layers: Vec<bool>,
@@ -235,22 +274,27 @@ impl HParams {
         }
         let norm_eps = model.norm_eps().ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))? as f32;
         let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
-        // Only linear scaling is supported; llama.cpp never scales when the
-        // type is none, and YaRN-family types are refused rather than ignored.
-        let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("none");
-        let rope_freq_scale = match (scaling, float("rope.scaling.factor")) {
-            ("none", _) => 1.0,
-            ("linear", Some(f)) if f != 0.0 => (1.0 / f) as f32,
-            ("linear", _) => 1.0,
-            (other, _) => {
+        // llama.cpp's default type is linear: a scaling factor without a type
+        // scales. YaRN-family types are refused rather than ignored.
+        let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("linear");
+        let factor = float("rope.scaling.factor").or_else(|| float("rope.scale_linear")).filter(|&f| f != 0.0);
+        let rope_freq_scale = match scaling {
+            "none" => 1.0,
+            "linear" | "longrope" => factor.map_or(1.0, |f| (1.0 / f) as f32),
+            other => {
                 return Err(Error::Invalid {
                     path: model.path().clone(),
                     what: format!(
-                        "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear)"
+                        "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear, longrope)"
                     ),
                 })
             }
         };
+        let longrope = scaling == "longrope";
+        let rope_attn_factor = float("rope.scaling.attn_factor").unwrap_or(1.0) as f32;
+        let n_ctx_orig_yarn = int("rope.scaling.original_context_length")
+            .filter(|&n| n > 0)
+            .map_or(n_ctx_train, |n| n.min(u32::MAX as i64) as usize);
         let n_swa = match spec.swa_pattern {
             Some(_) => match int("attention.sliding_window") {
                 Some(w) => w.clamp(0, u32::MAX as i64) as u32,
@@ -301,6 +345,9 @@ impl HParams {
             norm_eps,
             rope_freq_base,
             rope_freq_scale,
+            rope_attn_factor,
+            n_ctx_orig_yarn,
+            longrope,
             n_swa,
             swa_layers,
             rope_freq_base_swa,

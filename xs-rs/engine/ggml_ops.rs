@@ -52,6 +52,8 @@ extern "C" {
     fn ggml_mul_mat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_prec_set_acc(a: *mut ggml_tensor, prec: c_int) -> bool;
     fn ggml_swiglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_swiglu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_geglu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_geglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cont(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cont_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
@@ -369,6 +371,16 @@ impl GraphCtx {
     pub fn prec_f32(&self, a: Tensor) {
         // SAFETY: see the note above.
         unsafe { ggml_prec_set_acc(a.0, GGML_PREC_F32) };
+    }
+    /// silu(first half of each row) * second half.
+    pub fn swiglu(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_swiglu(self.c(), a.0) })
+    }
+    /// gelu(first half of each row) * second half.
+    pub fn geglu(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_geglu(self.c(), a.0) })
     }
     pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
         // SAFETY: see the note above.

@@ -8,9 +8,10 @@
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
 use super::arch::{Activation, ArchSpec, HParams};
+use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
-use super::weights::{AttnWeights, FfnWeights, ModelWeights};
+use super::weights::{AttnWeights, FfnWeights, ModelWeights, QkvWeights};
 use super::{Error, Result};
 
 /// One sequence's share of a batch.
@@ -51,6 +52,8 @@ pub struct Blueprint<'a> {
     pub hp: &'a HParams,
     pub weights: &'a ModelWeights,
     pub flash_attn: bool,
+    /// The RoPE frequency factors this session uses (see ModelWeights::rope_factors_for).
+    pub rope_factors: Option<Tensor>,
 }
 
 /// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
@@ -202,11 +205,11 @@ impl Builder<'_, '_> {
             freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
             freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
             ext_factor: 0.0,
-            attn_factor: 1.0,
+            attn_factor: hp.rope_attn_factor,
             beta_fast: 32.0,
             beta_slow: 1.0,
         };
-        self.g.rope_ext(x, pos, self.bp.weights.rope_freqs, &p)
+        self.g.rope_ext(x, pos, self.bp.rope_factors, &p)
     }
 
     /// Self-attention of one layer: Q/K/V projections, (Q/K norms,) RoPE,
@@ -223,12 +226,26 @@ impl Builder<'_, '_> {
     ) -> Tensor {
         let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
         let n = self.n_tokens;
-        let q = self.linear(w.wq, w.bq, x);
-        let k = self.linear(w.wk, w.bk, x);
-        let v = self.linear(w.wv, w.bv, x);
-        let mut q = g.reshape_3d(q, hp.head_dim_k as i64, hp.n_head as i64, n);
-        let mut k = g.reshape_3d(k, hp.head_dim_k as i64, hp.n_head_kv as i64, n);
-        let v = g.reshape_3d(v, hp.head_dim_v as i64, hp.n_head_kv as i64, n);
+        let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
+        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let (mut q, mut k, v) = match w.qkv {
+            QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
+                g.reshape_3d(self.linear(wq, bq, x), hd_k, n_head, n),
+                g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
+                g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
+            ),
+            QkvWeights::Fused { wqkv, bqkv } => {
+                // views of the one product, as llama.cpp's build_qkv
+                let qkv = self.linear(wqkv, bqkv, x);
+                let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                let (q_dim, k_dim) = (hd_k * n_head, hd_k * n_head_kv);
+                (
+                    g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0),
+                    g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim)),
+                    g.view_3d(qkv, [hd_v, n_head_kv, n], [row_size(ty, hd_v), nb1], row_size(ty, q_dim + k_dim)),
+                )
+            }
+        };
         if let Some(qn) = w.q_norm {
             q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
         }
@@ -309,11 +326,20 @@ impl Builder<'_, '_> {
         let g = self.g;
         let up = g.mul_mat(w.up, x);
         name(up, "ffn_up", Some(il));
-        let gate = g.mul_mat(w.gate, x);
-        name(gate, "ffn_gate", Some(il));
-        let cur = match self.bp.spec.act {
-            Activation::SwiGlu => g.swiglu_split(gate, up),
-            Activation::GeGlu => g.geglu_split(gate, up),
+        let cur = match w.gate {
+            Some(gate) => {
+                let gate = g.mul_mat(gate, x);
+                name(gate, "ffn_gate", Some(il));
+                match self.bp.spec.act {
+                    Activation::SwiGlu => g.swiglu_split(gate, up),
+                    Activation::GeGlu => g.geglu_split(gate, up),
+                }
+            }
+            // gate and up in one product, gate first (Phi-3)
+            None => match self.bp.spec.act {
+                Activation::SwiGlu => g.swiglu(up),
+                Activation::GeGlu => g.geglu(up),
+            },
         };
         g.mul_mat(w.down, cur)
     }

@@ -423,7 +423,13 @@ impl Inference {
         scratch: &mut StepScratch,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let bp = Blueprint { spec: self.spec, hp: &self.hp, weights: &self.weights, flash_attn: self.flash_attn };
+        let bp = Blueprint {
+            spec: self.spec,
+            hp: &self.hp,
+            weights: &self.weights,
+            flash_attn: self.flash_attn,
+            rope_factors: self.weights.rope_factors_for(self.n_ctx, &self.hp),
+        };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
             n_outputs: if all { segs.iter().map(|(_, t)| t.len()).sum() } else { segs.len() },

@@ -130,6 +130,12 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
             format!("gives a RoPE frequency scale of {:e}, which must be a finite number > 0", hp.rope_freq_scale),
         ));
     }
+    if !(hp.rope_attn_factor.is_finite() && hp.rope_attn_factor > 0.0) {
+        return Err(bad(
+            "rope.scaling.attn_factor",
+            format!("is {}, but must be a finite number > 0", hp.rope_attn_factor),
+        ));
+    }
     if !(hp.attention_scale.is_finite() && hp.attention_scale > 0.0) {
         return Err(bad("attention.scale", format!("is {}, but must be a finite number > 0", hp.attention_scale)));
     }
@@ -206,6 +212,9 @@ mod tests {
             norm_eps: 1e-5,
             rope_freq_base: 10000.0,
             rope_freq_scale: 1.0,
+            rope_attn_factor: 1.0,
+            n_ctx_orig_yarn: 128,
+            longrope: false,
             n_swa: if gemma { 8 } else { 0 },
             swa_layers: vec![gemma, false],
             rope_freq_base_swa: 10000.0,

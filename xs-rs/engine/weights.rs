@@ -3,7 +3,7 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{ArchSpec, HParams};
+use super::arch::{ArchSpec, HParams, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
@@ -23,6 +23,7 @@ pub enum TensorKind {
     AttnQ,
     AttnK,
     AttnV,
+    AttnQkv,
     AttnOut,
     AttnQNorm,
     AttnKNorm,
@@ -33,6 +34,8 @@ pub enum TensorKind {
     FfnDown,
     FfnPostNorm,
     RopeFreqs,
+    RopeFactorsLong,
+    RopeFactorsShort,
 }
 
 /// The op a weight feeds, which decides the buffer types it may live in.
@@ -55,6 +58,7 @@ impl TensorKind {
             AttnQ => "attn_q",
             AttnK => "attn_k",
             AttnV => "attn_v",
+            AttnQkv => "attn_qkv",
             AttnOut => "attn_output",
             AttnQNorm => "attn_q_norm",
             AttnKNorm => "attn_k_norm",
@@ -65,6 +69,8 @@ impl TensorKind {
             FfnDown => "ffn_down",
             FfnPostNorm => "post_ffw_norm",
             RopeFreqs => "rope_freqs",
+            RopeFactorsLong => "rope_factors_long",
+            RopeFactorsShort => "rope_factors_short",
         }
     }
 
@@ -81,21 +87,33 @@ impl TensorKind {
         match (self, suffix) {
             (_, "bias") => WeightOp::Elementwise,
             (TokenEmbd, _) => WeightOp::GetRows,
-            (Output | AttnQ | AttnK | AttnV | AttnOut | FfnGate | FfnUp | FfnDown, _) => WeightOp::MulMat,
+            (Output | AttnQ | AttnK | AttnV | AttnQkv | AttnOut | FfnGate | FfnUp | FfnDown, _) => WeightOp::MulMat,
             _ => WeightOp::Elementwise,
         }
     }
 }
 
+/// The Q/K/V projections of one layer: three matrices, or one fused
+/// `attn_qkv` whose output rows are Q, then K, then V.
+pub enum QkvWeights {
+    Separate {
+        wq: Tensor, // [n_embd, n_head * head_dim_k]
+        wk: Tensor, // [n_embd, n_head_kv * head_dim_k]
+        wv: Tensor, // [n_embd, n_head_kv * head_dim_v]
+        bq: Option<Tensor>,
+        bk: Option<Tensor>,
+        bv: Option<Tensor>,
+    },
+    Fused {
+        wqkv: Tensor, // [n_embd, q + k + v]
+        bqkv: Option<Tensor>,
+    },
+}
+
 /// Attention weights of one layer (ggml shapes: ne0 first).
 pub struct AttnWeights {
-    pub wq: Tensor, // [n_embd, n_head * head_dim_k]
-    pub wk: Tensor, // [n_embd, n_head_kv * head_dim_k]
-    pub wv: Tensor, // [n_embd, n_head_kv * head_dim_v]
+    pub qkv: QkvWeights,
     pub wo: Tensor, // [n_head * head_dim_v, n_embd]
-    pub bq: Option<Tensor>,
-    pub bk: Option<Tensor>,
-    pub bv: Option<Tensor>,
     pub bo: Option<Tensor>,
     pub q_norm: Option<Tensor>, // [head_dim_k]
     pub k_norm: Option<Tensor>, // [head_dim_k]
@@ -103,8 +121,9 @@ pub struct AttnWeights {
 
 /// Gated feed-forward weights of one layer.
 pub struct FfnWeights {
-    pub gate: Tensor, // [n_embd, n_ff]
-    pub up: Tensor,   // [n_embd, n_ff]
+    /// [n_embd, n_ff]; None when `up` holds gate and up (Phi-3).
+    pub gate: Option<Tensor>,
+    pub up: Tensor,   // [n_embd, n_ff], or [n_embd, 2 * n_ff] fused
     pub down: Tensor, // [n_ff, n_embd]
 }
 
@@ -122,8 +141,11 @@ pub struct ModelWeights {
     pub tok_embd: Tensor,    // [n_embd, n_vocab]
     pub output_norm: Tensor, // [n_embd]
     pub output: Tensor,      // [n_embd, n_vocab] (a second tensor over token_embd when tied)
-    /// RoPE frequency factors [n_rot / 2] (Llama 3), shared by all layers.
+    /// RoPE frequency factors [n_rot / 2] shared by all layers: Llama 3's
+    /// `rope_freqs`, or LongRoPE's long and short sets.
     pub rope_freqs: Option<Tensor>,
+    pub rope_long: Option<Tensor>,
+    pub rope_short: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
     /// (buffer type name, bytes) per buffer, for diagnostics.
     pub placement: Vec<(String, usize)>,
@@ -274,20 +296,36 @@ impl ModelWeights {
             Some(i) => i,
             None => ld.want_as(Output, TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap(),
         };
-        let rope_freqs =
-            if spec.rope_factors { ld.want(RopeFreqs, None, "weight", false, &[hp.n_rot as i64 / 2])? } else { None };
+        let n_factors = [hp.n_rot as i64 / 2];
+        let long_short =
+            spec.rope_factors == RopeFactors::LongShort || (spec.rope_factors == RopeFactors::Freqs && hp.longrope);
+        let rope_freqs = if spec.rope_factors == RopeFactors::Freqs && !hp.longrope {
+            ld.want(RopeFreqs, None, "weight", false, &n_factors)?
+        } else {
+            None
+        };
+        let (rope_long, rope_short) = if long_short {
+            (
+                ld.want(RopeFactorsLong, None, "weight", false, &n_factors)?,
+                ld.want(RopeFactorsShort, None, "weight", false, &n_factors)?,
+            )
+        } else {
+            (None, None)
+        };
+        enum QkvIdx {
+            Separate { q: usize, k: usize, v: usize, bias: [Option<usize>; 3] },
+            Fused { qkv: usize, bias: Option<usize> },
+        }
         struct LayerIdx {
             attn_norm: usize,
-            q: usize,
-            k: usize,
-            v: usize,
+            qkv: QkvIdx,
             o: usize,
-            bias: [Option<usize>; 4],
+            bo: Option<usize>,
             q_norm: Option<usize>,
             k_norm: Option<usize>,
             attn_post_norm: Option<usize>,
             ffn_norm: usize,
-            gate: usize,
+            gate: Option<usize>,
             up: usize,
             down: usize,
             ffn_post_norm: Option<usize>,
@@ -295,24 +333,36 @@ impl ModelWeights {
         let mut layer_idx = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
             let l = Some(il);
-            let bias = if spec.qkv_bias {
-                [
-                    ld.want(AttnQ, l, "bias", false, &[q_dim])?,
-                    ld.want(AttnK, l, "bias", false, &[k_dim])?,
-                    ld.want(AttnV, l, "bias", false, &[v_dim])?,
-                    ld.want(AttnOut, l, "bias", false, &[n_embd])?,
-                ]
-            } else {
-                [None; 4]
+            // llama.cpp's create_tensor_qkv: a fused attn_qkv if the file has
+            // one, else the three projections; biases optional either way
+            let qkv_dim = q_dim + k_dim + v_dim;
+            let qkv = match ld.want(AttnQkv, l, "weight", false, &[n_embd, qkv_dim])? {
+                Some(qkv) => QkvIdx::Fused { qkv, bias: ld.want(AttnQkv, l, "bias", false, &[qkv_dim])? },
+                None => QkvIdx::Separate {
+                    q: ld.want(AttnQ, l, "weight", true, &[n_embd, q_dim])?.unwrap(),
+                    k: ld.want(AttnK, l, "weight", true, &[n_embd, k_dim])?.unwrap(),
+                    v: ld.want(AttnV, l, "weight", true, &[n_embd, v_dim])?.unwrap(),
+                    bias: [
+                        ld.want(AttnQ, l, "bias", false, &[q_dim])?,
+                        ld.want(AttnK, l, "bias", false, &[k_dim])?,
+                        ld.want(AttnV, l, "bias", false, &[v_dim])?,
+                    ],
+                },
             };
             let hd = hp.head_dim_k as i64;
+            let (gate, up) = if spec.fused_ffn_up {
+                (None, ld.want(FfnUp, l, "weight", true, &[n_embd, 2 * n_ff])?.unwrap())
+            } else {
+                (
+                    ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?,
+                    ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                )
+            };
             layer_idx.push(LayerIdx {
                 attn_norm: ld.want(AttnNorm, l, "weight", true, &[n_embd])?.unwrap(),
-                q: ld.want(AttnQ, l, "weight", true, &[n_embd, q_dim])?.unwrap(),
-                k: ld.want(AttnK, l, "weight", true, &[n_embd, k_dim])?.unwrap(),
-                v: ld.want(AttnV, l, "weight", true, &[n_embd, v_dim])?.unwrap(),
+                qkv,
                 o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
-                bias,
+                bo: if spec.out_bias { ld.want(AttnOut, l, "bias", false, &[n_embd])? } else { None },
                 q_norm: if spec.qk_norm { ld.want(AttnQNorm, l, "weight", true, &[hd])? } else { None },
                 k_norm: if spec.qk_norm { ld.want(AttnKNorm, l, "weight", true, &[hd])? } else { None },
                 attn_post_norm: if spec.post_norms {
@@ -321,8 +371,8 @@ impl ModelWeights {
                     None
                 },
                 ffn_norm: ld.want(FfnNorm, l, "weight", true, &[n_embd])?.unwrap(),
-                gate: ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
-                up: ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                gate,
+                up,
                 down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
                 ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
             });
@@ -336,20 +386,25 @@ impl ModelWeights {
             .map(|x| LayerWeights {
                 attn_norm: t(x.attn_norm),
                 attn: AttnWeights {
-                    wq: t(x.q),
-                    wk: t(x.k),
-                    wv: t(x.v),
+                    qkv: match x.qkv {
+                        QkvIdx::Separate { q, k, v, bias } => QkvWeights::Separate {
+                            wq: t(q),
+                            wk: t(k),
+                            wv: t(v),
+                            bq: o(bias[0]),
+                            bk: o(bias[1]),
+                            bv: o(bias[2]),
+                        },
+                        QkvIdx::Fused { qkv, bias } => QkvWeights::Fused { wqkv: t(qkv), bqkv: o(bias) },
+                    },
                     wo: t(x.o),
-                    bq: o(x.bias[0]),
-                    bk: o(x.bias[1]),
-                    bv: o(x.bias[2]),
-                    bo: o(x.bias[3]),
+                    bo: o(x.bo),
                     q_norm: o(x.q_norm),
                     k_norm: o(x.k_norm),
                 },
                 attn_post_norm: o(x.attn_post_norm),
                 ffn_norm: t(x.ffn_norm),
-                ffn: FfnWeights { gate: t(x.gate), up: t(x.up), down: t(x.down) },
+                ffn: FfnWeights { gate: o(x.gate), up: t(x.up), down: t(x.down) },
                 ffn_post_norm: o(x.ffn_post_norm),
             })
             .collect();
@@ -358,12 +413,23 @@ impl ModelWeights {
             output_norm: t(output_norm),
             output: t(output),
             rope_freqs: o(rope_freqs),
+            rope_long: o(rope_long),
+            rope_short: o(rope_short),
             layers,
             placement,
             _buffers: buffers,
             _contexts: contexts,
             _model: Arc::clone(model),
         })
+    }
+}
+
+impl ModelWeights {
+    /// The RoPE factors a session with an `n_ctx` context uses (llama.cpp's
+    /// get_rope_factors): `rope_freqs` if any, else the long set past the
+    /// original training context and the short one within it.
+    pub fn rope_factors_for(&self, n_ctx: usize, hp: &HParams) -> Option<Tensor> {
+        self.rope_freqs.or(if n_ctx > hp.n_ctx_orig_yarn { self.rope_long } else { self.rope_short })
     }
 }
 
