@@ -48,6 +48,22 @@ pub enum RopeFactors {
     LongShort,
 }
 
+/// Mixture-of-experts feed-forward blocks (llama.cpp's build_moe_ffn with
+/// softmax routing over `ffn_gate_inp`, top-k experts by `ggml_mul_mat_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experts {
+    /// Dense feed-forward blocks only.
+    None,
+    /// Experts when the file's `expert_count` is above 0 (Mixtral in the
+    /// llama row); each expert is n_ff wide.
+    WhenCounted,
+    /// Always experts, `expert_feed_forward_length` wide (default n_ff /
+    /// expert_used_count); `renormalize`: the chosen experts' weights are
+    /// divided by their sum; `shared`: a shared expert gated by a sigmoid
+    /// (Qwen2-MoE).
+    Always { renormalize: bool, shared: bool },
+}
+
 /// One supported architecture: the switches that distinguish it.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchSpec {
@@ -62,6 +78,7 @@ pub struct ArchSpec {
     /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3).
     pub post_norms: bool,
     pub act: Activation,
+    pub experts: Experts,
     /// One `ffn_up` of 2 * n_ff rows holding gate and up, no `ffn_gate` (Phi-3).
     pub fused_ffn_up: bool,
     /// Token embeddings are multiplied by sqrt(n_embd) (Gemma).
@@ -105,6 +122,7 @@ const LLAMA: ArchSpec = ArchSpec {
     qk_norm: false,
     post_norms: false,
     act: Activation::SwiGlu,
+    experts: Experts::WhenCounted,
     fused_ffn_up: false,
     embed_scale_sqrt: false,
     scale_q: false,
@@ -126,6 +144,7 @@ const GEMMA3: ArchSpec = ArchSpec {
     out_bias: false,
     qk_norm: true,
     post_norms: true,
+    experts: Experts::None,
     act: Activation::GeGlu,
     embed_scale_sqrt: true,
     scale_q: true,
@@ -138,12 +157,37 @@ const GEMMA3: ArchSpec = ArchSpec {
 /// The table of supported architectures.
 pub const ARCHITECTURES: &[ArchSpec] = &[
     LLAMA,
-    ArchSpec { name: "qwen2", rope: Rope::Neox, out_bias: false, rope_factors: RopeFactors::None, ..LLAMA },
+    ArchSpec {
+        name: "qwen2",
+        rope: Rope::Neox,
+        out_bias: false,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "qwen2moe",
+        rope: Rope::Neox,
+        out_bias: false,
+        experts: Experts::Always { renormalize: false, shared: true },
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
     ArchSpec {
         name: "qwen3",
         rope: Rope::Neox,
         out_bias: false,
         qk_norm: true,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "qwen3moe",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: true,
+        experts: Experts::Always { renormalize: true, shared: false },
         rope_factors: RopeFactors::None,
         ..LLAMA
     },
@@ -151,6 +195,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         name: "phi3",
         rope: Rope::Neox,
         out_bias: false,
+        experts: Experts::None,
         fused_ffn_up: true,
         scale_q: true,
         rope_factors: RopeFactors::LongShort,
@@ -222,6 +267,12 @@ pub struct HParams {
     pub residual_scale: f32,
     /// The logits are divided by this (1 = none).
     pub logit_scale: f32,
+    /// Experts per MoE layer (0 = dense), how many each token uses, the
+    /// width of each and of the shared expert (0 = none).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
 }
 
 impl HParams {
@@ -331,6 +382,31 @@ impl HParams {
                 });
             }
         }
+        let count = |key: &str| int(key).filter(|&n| n > 0).map_or(0, |n| n.min(u32::MAX as i64) as usize);
+        let (n_expert, n_expert_used) = match spec.experts {
+            Experts::None => (0, 0),
+            _ => (count("expert_count"), count("expert_used_count")),
+        };
+        let (mut n_ff_exp, mut n_ff_shexp) = (0, 0);
+        match spec.experts {
+            Experts::None => {}
+            Experts::WhenCounted => n_ff_exp = n_ff,
+            Experts::Always { shared, .. } => {
+                if n_expert == 0 || n_expert_used == 0 {
+                    return Err(missing(if n_expert == 0 { "expert_count" } else { "expert_used_count" }));
+                }
+                n_ff_exp = match count("expert_feed_forward_length") {
+                    0 => n_ff / n_expert_used,
+                    n => n,
+                };
+                if shared {
+                    n_ff_shexp = match count("expert_shared_feed_forward_length") {
+                        0 => n_ff,
+                        n => n,
+                    };
+                }
+            }
+        }
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -358,6 +434,10 @@ impl HParams {
             embedding_scale,
             residual_scale,
             logit_scale,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            n_ff_shexp,
         })
     }
 }

@@ -49,6 +49,18 @@ extern "C" {
     fn ggml_add(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
     fn ggml_tanh(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_silu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_div(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_sum_rows(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_clamp(ctx: *mut ggml_context, a: *mut ggml_tensor, min: f32, max: f32) -> *mut ggml_tensor;
+    fn ggml_soft_max(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_argsort_top_k(ctx: *mut ggml_context, a: *mut ggml_tensor, k: c_int) -> *mut ggml_tensor;
+    fn ggml_mul_mat_id(
+        ctx: *mut ggml_context,
+        experts: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        ids: *mut ggml_tensor,
+    ) -> *mut ggml_tensor;
     fn ggml_mul_mat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_prec_set_acc(a: *mut ggml_tensor, prec: c_int) -> bool;
     fn ggml_swiglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -362,6 +374,38 @@ impl GraphCtx {
     pub fn tanh(&self, a: Tensor) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_tanh(self.c(), a.0) })
+    }
+    pub fn silu(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_silu(self.c(), a.0) })
+    }
+    pub fn div(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_div(self.c(), a.0, b.0) })
+    }
+    pub fn sum_rows(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_sum_rows(self.c(), a.0) })
+    }
+    pub fn clamp(&self, a: Tensor, min: f32, max: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_clamp(self.c(), a.0, min, max) })
+    }
+    /// Softmax of each row, without mask or scale.
+    pub fn soft_max(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_soft_max(self.c(), a.0) })
+    }
+    /// The indices of the `k` largest values of each row, largest first (I32).
+    pub fn argsort_top_k(&self, a: Tensor, k: i32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_argsort_top_k(self.c(), a.0, k) })
+    }
+    /// experts [ne0, rows, n_expert] times b [ne0, n_used, n_tokens], each
+    /// column by the expert `ids` [n_used, n_tokens] names.
+    pub fn mul_mat_id(&self, experts: Tensor, b: Tensor, ids: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_mul_mat_id(self.c(), experts.0, b.0, ids.0) })
     }
     pub fn mul_mat(&self, a: Tensor, b: Tensor) -> Tensor {
         // SAFETY: see the note above.

@@ -7,11 +7,12 @@
 //! A batch is a list of segments: runs of tokens that each extend their own
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
+use super::arch::Experts;
 use super::arch::{Activation, ArchSpec, HParams};
 use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
-use super::weights::{AttnWeights, FfnWeights, ModelWeights, QkvWeights};
+use super::weights::{AttnWeights, Ffn, FfnWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
 
 /// One sequence's share of a batch.
@@ -59,7 +60,7 @@ pub struct Blueprint<'a> {
 /// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
 /// same way: generously, by layer count).
 fn max_nodes(hp: &HParams, n_segments: usize) -> usize {
-    2048 + hp.n_layer * (64 + 32 * n_segments)
+    2048 + hp.n_layer * (64 + 32 * n_segments + 2 * hp.n_expert_used)
 }
 
 struct Builder<'a, 'b> {
@@ -131,7 +132,10 @@ impl Blueprint<'_> {
             let ffn_inp = g.add(cur, residual);
             name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
             let cur = b.norm(ffn_inp, Some(layer.ffn_norm), "ffn_norm", Some(il));
-            let mut cur = b.ffn(cur, &layer.ffn, il);
+            let mut cur = match &layer.ffn {
+                Ffn::Dense(w) => b.ffn(cur, w, il),
+                Ffn::Moe(w) => b.moe_ffn(cur, w, il),
+            };
             name(cur, "ffn_out", Some(il));
             if let Some(post) = layer.ffn_post_norm {
                 cur = b.norm(cur, Some(post), "ffn_post_norm", Some(il));
@@ -342,6 +346,69 @@ impl Builder<'_, '_> {
             },
         };
         g.mul_mat(w.down, cur)
+    }
+}
+
+impl Builder<'_, '_> {
+    /// A mixture-of-experts block (llama.cpp's build_moe_ffn with softmax
+    /// routing): each token's top n_expert_used experts by router
+    /// probability, their outputs weighted by those probabilities
+    /// (renormalised to sum 1 where the row says so) and summed, plus the
+    /// sigmoid-gated shared expert if any.
+    fn moe_ffn(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+        let (g, hp) = (self.g, self.bp.hp);
+        // the rows of x: in the last layer only the output rows
+        let n = x.ne()[1];
+        let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
+        let logits = g.mul_mat(w.gate_inp, x); // [n_expert, n]
+        name(logits, "ffn_moe_logits", Some(il));
+        let probs = g.soft_max(logits);
+        let selected = g.argsort_top_k(probs, n_used as i32); // [n_used, n]
+        let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n), selected); // [1, n_used, n]
+        let renormalize = match self.bp.spec.experts {
+            Experts::Always { renormalize, .. } => renormalize,
+            _ => true,
+        };
+        if renormalize {
+            let flat = g.reshape_2d(weights, n_used, n);
+            // the smallest normal f16, as llama.cpp, against a zero sum
+            let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
+            weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n);
+        }
+        g.expand(weights);
+
+        let cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
+        let up = g.mul_mat_id(w.up_exps, cur, selected); // [n_ff_exp, n_used, n]
+        let act = match (w.gate_exps, self.bp.spec.act) {
+            (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat_id(gate, cur, selected), up),
+            (Some(gate), Activation::GeGlu) => g.geglu_split(g.mul_mat_id(gate, cur, selected), up),
+            (None, _) => g.silu(up),
+        };
+        let experts = g.mul(g.mul_mat_id(w.down_exps, act, selected), weights); // [n_embd, n_used, n]
+        g.expand(experts);
+        let nb = experts.nb();
+        let views: Vec<Tensor> = (0..n_used as usize)
+            .map(|i| {
+                let v = g.view_2d(experts, [hp.n_embd as i64, n], nb[2], i * nb[1]);
+                g.expand(v);
+                v
+            })
+            .collect();
+        let mut out = views[0];
+        for &v in &views[1..] {
+            out = g.add(out, v);
+            g.expand(out);
+        }
+        if views.len() == 1 {
+            out = g.cont(out);
+        }
+        if let Some((gate_inp, shared)) = &w.shared {
+            let gate_logit = g.mul_mat(*gate_inp, x); // [1, n]
+            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
+            let shared_out = g.mul(self.ffn(x, shared, il), gate);
+            out = g.add(out, shared_out);
+        }
+        out
     }
 }
 

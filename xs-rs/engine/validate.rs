@@ -88,6 +88,9 @@ pub fn tensor_type(path: &Path, name: &str, role: Role, ggml_type: u32, arch: &s
     })
 }
 
+/// llama.cpp's LLAMA_MAX_EXPERTS.
+const MAX_EXPERTS: usize = 512;
+
 /// The ranges the graph builder and ggml's ops assume of the hyperparameters.
 pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
     let arch = spec.name;
@@ -154,6 +157,20 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
     for (key, v) in [("embedding_scale", hp.embedding_scale), ("residual_scale", hp.residual_scale)] {
         if !v.is_finite() {
             return Err(bad(key, format!("is {v}, but must be a finite number")));
+        }
+    }
+    if hp.n_expert > 0 {
+        if hp.n_expert > MAX_EXPERTS {
+            return Err(bad("expert_count", format!("is {}, more than the {MAX_EXPERTS} supported", hp.n_expert)));
+        }
+        if hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert {
+            return Err(bad(
+                "expert_used_count",
+                format!("is {}, but must be in 1..={} (expert_count)", hp.n_expert_used, hp.n_expert),
+            ));
+        }
+        if hp.n_ff_exp == 0 {
+            return Err(bad("expert_feed_forward_length", "gives experts of width 0".into()));
         }
     }
     if hp.n_swa > 0 {
@@ -225,6 +242,10 @@ mod tests {
             embedding_scale: 0.0,
             residual_scale: 0.0,
             logit_scale: 1.0,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_exp: 0,
+            n_ff_shexp: 0,
         }
     }
 

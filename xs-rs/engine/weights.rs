@@ -3,8 +3,8 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{ArchSpec, HParams, RopeFactors};
-use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32};
+use super::arch::{ArchSpec, Experts, HParams, RopeFactors};
+use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
 use super::gguf::TensorInfo;
@@ -33,6 +33,14 @@ pub enum TensorKind {
     FfnUp,
     FfnDown,
     FfnPostNorm,
+    FfnGateInp,
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+    FfnGateInpShexp,
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
     RopeFreqs,
     RopeFactorsLong,
     RopeFactorsShort,
@@ -43,6 +51,8 @@ pub enum TensorKind {
 enum WeightOp {
     GetRows,
     MulMat,
+    /// Expert matrices, multiplied by the routed experts' ids.
+    MulMatId,
     /// Elementwise (norm weights, biases).
     Elementwise,
 }
@@ -68,6 +78,14 @@ impl TensorKind {
             FfnUp => "ffn_up",
             FfnDown => "ffn_down",
             FfnPostNorm => "post_ffw_norm",
+            FfnGateInp => "ffn_gate_inp",
+            FfnGateExps => "ffn_gate_exps",
+            FfnUpExps => "ffn_up_exps",
+            FfnDownExps => "ffn_down_exps",
+            FfnGateInpShexp => "ffn_gate_inp_shexp",
+            FfnGateShexp => "ffn_gate_shexp",
+            FfnUpShexp => "ffn_up_shexp",
+            FfnDownShexp => "ffn_down_shexp",
             RopeFreqs => "rope_freqs",
             RopeFactorsLong => "rope_factors_long",
             RopeFactorsShort => "rope_factors_short",
@@ -87,7 +105,12 @@ impl TensorKind {
         match (self, suffix) {
             (_, "bias") => WeightOp::Elementwise,
             (TokenEmbd, _) => WeightOp::GetRows,
-            (Output | AttnQ | AttnK | AttnV | AttnQkv | AttnOut | FfnGate | FfnUp | FfnDown, _) => WeightOp::MulMat,
+            (FfnGateExps | FfnUpExps | FfnDownExps, _) => WeightOp::MulMatId,
+            (
+                Output | AttnQ | AttnK | AttnV | AttnQkv | AttnOut | FfnGate | FfnUp | FfnDown | FfnGateInp
+                | FfnGateInpShexp | FfnGateShexp | FfnUpShexp | FfnDownShexp,
+                _,
+            ) => WeightOp::MulMat,
             _ => WeightOp::Elementwise,
         }
     }
@@ -127,12 +150,28 @@ pub struct FfnWeights {
     pub down: Tensor, // [n_ff, n_embd]
 }
 
+/// A mixture-of-experts block: the router and the stacked expert matrices.
+pub struct MoeWeights {
+    pub gate_inp: Tensor,          // [n_embd, n_expert]
+    pub gate_exps: Option<Tensor>, // [n_embd, n_ff_exp, n_expert]
+    pub up_exps: Tensor,           // [n_embd, n_ff_exp, n_expert]
+    pub down_exps: Tensor,         // [n_ff_exp, n_embd, n_expert]
+    /// A shared expert, gated per token by sigmoid(gate_inp · x) (Qwen2-MoE).
+    pub shared: Option<(Tensor, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
+}
+
+/// The feed-forward block of a layer.
+pub enum Ffn {
+    Dense(FfnWeights),
+    Moe(MoeWeights),
+}
+
 pub struct LayerWeights {
     pub attn_norm: Tensor, // [n_embd]
     pub attn: AttnWeights,
     pub attn_post_norm: Option<Tensor>, // [n_embd]
     pub ffn_norm: Tensor,               // [n_embd]
-    pub ffn: FfnWeights,
+    pub ffn: Ffn,
     pub ffn_post_norm: Option<Tensor>, // [n_embd]
 }
 
@@ -171,6 +210,8 @@ struct Loader<'a> {
     /// Candidates for matmul weights: the extra types first, the device's own last.
     bufts: Vec<BufferType>,
     pending: Vec<Pending>,
+    /// Experts a token uses (the matmul-by-id probe's shape).
+    n_expert_used: usize,
 }
 
 impl<'a> Loader<'a> {
@@ -218,7 +259,7 @@ impl<'a> Loader<'a> {
         }
         let op = role.op(suffix);
         let check_as = match op {
-            WeightOp::MulMat => Role::MatMul,
+            WeightOp::MulMat | WeightOp::MulMatId => Role::MatMul,
             WeightOp::GetRows => Role::GetRows,
             WeightOp::Elementwise if suffix == "bias" => Role::Bias,
             WeightOp::Elementwise => Role::Norm,
@@ -236,7 +277,7 @@ impl<'a> Loader<'a> {
     /// An error when no candidate, the device's own included, supports it.
     fn choose_buft(&self, info: &TensorInfo, op: WeightOp) -> Result<usize> {
         let default = self.bufts.len() - 1;
-        if op != WeightOp::MulMat {
+        if op == WeightOp::GetRows || op == WeightOp::Elementwise {
             return Ok(default);
         }
         let Some(ctx) = Ctx::new(3, 0) else {
@@ -244,12 +285,19 @@ impl<'a> Loader<'a> {
         };
         let ne = info.ne();
         let w = ctx.new_tensor(info.ggml_type as i32, &ne);
-        let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
         let Some(g) = super::ggml_ops::GraphCtx::new(4) else {
             return Ok(default);
         };
         // one op, asked about with the weight placed in each candidate in turn
-        let op = g.mul_mat(w, b);
+        let op = if op == WeightOp::MulMatId {
+            let n_used = self.n_expert_used.max(1) as i64;
+            let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], n_used, 512]);
+            let ids = ctx.new_tensor(GGML_TYPE_I32, &[n_used, 512]);
+            g.mul_mat_id(w, b, ids)
+        } else {
+            let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
+            g.mul_mat(w, b)
+        };
         for (i, &buft) in self.bufts.iter().enumerate() {
             let Some(probe) = Buffer::probe(buft) else {
                 continue;
@@ -281,7 +329,7 @@ impl ModelWeights {
     pub fn load(model: &Arc<Model>, spec: &'static ArchSpec, hp: &HParams, device: Device) -> Result<ModelWeights> {
         let mut bufts = if device.is_cpu() { device.extra_buffer_types() } else { Vec::new() };
         bufts.push(device.buffer_type());
-        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new() };
+        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new(), n_expert_used: hp.n_expert_used };
         let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
         let q_dim = (hp.n_head * hp.head_dim_k) as i64;
         let k_dim = hp.n_embd_k_gqa() as i64;
@@ -316,6 +364,10 @@ impl ModelWeights {
             Separate { q: usize, k: usize, v: usize, bias: [Option<usize>; 3] },
             Fused { qkv: usize, bias: Option<usize> },
         }
+        enum FfnIdx {
+            Dense { gate: Option<usize>, up: usize, down: usize },
+            Moe { router: usize, gate: Option<usize>, up: usize, down: usize, shared: Option<[usize; 4]> },
+        }
         struct LayerIdx {
             attn_norm: usize,
             qkv: QkvIdx,
@@ -325,9 +377,7 @@ impl ModelWeights {
             k_norm: Option<usize>,
             attn_post_norm: Option<usize>,
             ffn_norm: usize,
-            gate: Option<usize>,
-            up: usize,
-            down: usize,
+            ffn: FfnIdx,
             ffn_post_norm: Option<usize>,
         }
         let mut layer_idx = Vec::with_capacity(hp.n_layer);
@@ -350,13 +400,44 @@ impl ModelWeights {
                 },
             };
             let hd = hp.head_dim_k as i64;
-            let (gate, up) = if spec.fused_ffn_up {
-                (None, ld.want(FfnUp, l, "weight", true, &[n_embd, 2 * n_ff])?.unwrap())
+            let ffn = if hp.n_expert > 0 {
+                let (n_expert, n_ff_exp, n_ff_shexp) = (hp.n_expert as i64, hp.n_ff_exp as i64, hp.n_ff_shexp as i64);
+                let shared = if hp.n_ff_shexp > 0 {
+                    Some([
+                        ld.want(FfnGateInpShexp, l, "weight", true, &[n_embd])?.unwrap(),
+                        ld.want(FfnGateShexp, l, "weight", true, &[n_embd, n_ff_shexp])?.unwrap(),
+                        ld.want(FfnUpShexp, l, "weight", true, &[n_embd, n_ff_shexp])?.unwrap(),
+                        ld.want(FfnDownShexp, l, "weight", true, &[n_ff_shexp, n_embd])?.unwrap(),
+                    ])
+                } else {
+                    None
+                };
+                FfnIdx::Moe {
+                    router: ld.want(FfnGateInp, l, "weight", true, &[n_embd, n_expert])?.unwrap(),
+                    // llama's experts may lack a gate (then silu(up))
+                    gate: ld.want(
+                        FfnGateExps,
+                        l,
+                        "weight",
+                        spec.experts != Experts::WhenCounted,
+                        &[n_embd, n_ff_exp, n_expert],
+                    )?,
+                    up: ld.want(FfnUpExps, l, "weight", true, &[n_embd, n_ff_exp, n_expert])?.unwrap(),
+                    down: ld.want(FfnDownExps, l, "weight", true, &[n_ff_exp, n_embd, n_expert])?.unwrap(),
+                    shared,
+                }
+            } else if spec.fused_ffn_up {
+                FfnIdx::Dense {
+                    gate: None,
+                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, 2 * n_ff])?.unwrap(),
+                    down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                }
             } else {
-                (
-                    ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?,
-                    ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
-                )
+                FfnIdx::Dense {
+                    gate: ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?,
+                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                    down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                }
             };
             layer_idx.push(LayerIdx {
                 attn_norm: ld.want(AttnNorm, l, "weight", true, &[n_embd])?.unwrap(),
@@ -371,9 +452,7 @@ impl ModelWeights {
                     None
                 },
                 ffn_norm: ld.want(FfnNorm, l, "weight", true, &[n_embd])?.unwrap(),
-                gate,
-                up,
-                down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                ffn,
                 ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
             });
         }
@@ -404,7 +483,19 @@ impl ModelWeights {
                 },
                 attn_post_norm: o(x.attn_post_norm),
                 ffn_norm: t(x.ffn_norm),
-                ffn: FfnWeights { gate: o(x.gate), up: t(x.up), down: t(x.down) },
+                ffn: match x.ffn {
+                    FfnIdx::Dense { gate, up, down } => {
+                        Ffn::Dense(FfnWeights { gate: o(gate), up: t(up), down: t(down) })
+                    }
+                    FfnIdx::Moe { router, gate, up, down, shared } => Ffn::Moe(MoeWeights {
+                        gate_inp: t(router),
+                        gate_exps: o(gate),
+                        up_exps: t(up),
+                        down_exps: t(down),
+                        shared: shared
+                            .map(|[gi, g, u, d]| (t(gi), FfnWeights { gate: Some(t(g)), up: t(u), down: t(d) })),
+                    }),
+                },
                 ffn_post_norm: o(x.ffn_post_norm),
             })
             .collect();
