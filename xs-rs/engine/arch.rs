@@ -64,6 +64,38 @@ pub enum Experts {
     Always { renormalize: bool, shared: bool },
 }
 
+/// RMSNorm of Q and K before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Over each head (`attn_q_norm` [head_dim]; Gemma 3, Qwen3).
+    PerHead,
+    /// Over the whole projection (`attn_q_norm` [n_head * head_dim]; OLMo 2).
+    Whole,
+}
+
+/// The RoPE of sliding-window layers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SwaRope {
+    /// Its own base (`rope.freq_base_swa`, default the value), unscaled (Gemma 3).
+    Base(f32),
+    /// The global base (unless `rope.freq_base_swa`) and scaling (Gemma 2).
+    Global,
+    /// The global base, without frequency scaling or magnitude factor (OLMo 3).
+    GlobalBaseUnscaled,
+}
+
+/// Where the output projection comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputWeight {
+    /// `output.weight`, else the token embeddings (tied).
+    OwnOrEmbd,
+    /// Always the token embeddings (Gemma).
+    Embd,
+    /// `output.weight`, required (OLMo 2).
+    Own,
+}
+
 /// One supported architecture: the switches that distinguish it.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchSpec {
@@ -73,9 +105,11 @@ pub struct ArchSpec {
     /// The attention output projection may carry a bias (optional tensor;
     /// Q/K/V biases and a fused attn_qkv are optional for every row).
     pub out_bias: bool,
-    /// Per-head RMSNorm of Q and K before RoPE (Gemma 3).
-    pub qk_norm: bool,
-    /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3).
+    /// RMSNorm of Q and K before RoPE.
+    pub qk_norm: QkNorm,
+    /// RMSNorm of each block's input (`attn_norm`, `ffn_norm`); OLMo 2 has none.
+    pub pre_norms: bool,
+    /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
     pub post_norms: bool,
     pub act: Activation,
     pub experts: Experts,
@@ -92,9 +126,8 @@ pub struct ArchSpec {
     /// The window when the file gives none (Gemma 2: 4096; 0 = no sliding
     /// window unless the file sets one).
     pub swa_default_window: u32,
-    /// Default rope base of the sliding-window layers (their scale is 1);
-    /// None: the global base and scale (Gemma 2).
-    pub swa_rope_base: Option<f32>,
+    /// RoPE of the sliding-window layers.
+    pub swa_rope: SwaRope,
     /// The block count at which Q is scaled by 1/sqrt(n_embd / n_head)
     /// instead of 1/sqrt(head_dim) (Gemma's 27B models, as llama.cpp).
     pub wide_query_scale_at: Option<usize>,
@@ -110,8 +143,8 @@ pub struct ArchSpec {
     /// `residual_scale` on each block's output before the residual add, and
     /// the logits divided by `logit_scale` (required).
     pub granite_scales: bool,
-    /// The output projection is always the token embedding matrix (Gemma 2).
-    pub output_is_embd: bool,
+    /// Where the output projection comes from.
+    pub output: OutputWeight,
 }
 
 /// LLaMA and the base the other rows change.
@@ -119,7 +152,8 @@ const LLAMA: ArchSpec = ArchSpec {
     name: "llama",
     rope: Rope::Norm,
     out_bias: true,
-    qk_norm: false,
+    qk_norm: QkNorm::None,
+    pre_norms: true,
     post_norms: false,
     act: Activation::SwiGlu,
     experts: Experts::WhenCounted,
@@ -128,13 +162,13 @@ const LLAMA: ArchSpec = ArchSpec {
     scale_q: false,
     swa_pattern: None,
     swa_default_window: 0,
-    swa_rope_base: Some(10000.0),
+    swa_rope: SwaRope::Base(10000.0),
     wide_query_scale_at: None,
     rope_factors: RopeFactors::Freqs,
     attn_softcap: false,
     final_softcap_default: 0.0,
     granite_scales: false,
-    output_is_embd: false,
+    output: OutputWeight::OwnOrEmbd,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -142,7 +176,7 @@ const GEMMA3: ArchSpec = ArchSpec {
     name: "gemma3",
     rope: Rope::Neox,
     out_bias: false,
-    qk_norm: true,
+    qk_norm: QkNorm::PerHead,
     post_norms: true,
     experts: Experts::None,
     act: Activation::GeGlu,
@@ -177,7 +211,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         name: "qwen3",
         rope: Rope::Neox,
         out_bias: false,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         experts: Experts::None,
         rope_factors: RopeFactors::None,
         ..LLAMA
@@ -186,7 +220,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         name: "qwen3moe",
         rope: Rope::Neox,
         out_bias: false,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         experts: Experts::Always { renormalize: true, shared: false },
         rope_factors: RopeFactors::None,
         ..LLAMA
@@ -203,18 +237,41 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
     },
     ArchSpec {
         name: "gemma2",
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         swa_pattern: Some(2),
         swa_default_window: 4096,
-        swa_rope_base: None,
+        swa_rope: SwaRope::Global,
         wide_query_scale_at: Some(46),
         attn_softcap: true,
         final_softcap_default: 30.0,
-        output_is_embd: true,
+        output: OutputWeight::Embd,
         ..GEMMA3
     },
     GEMMA3,
+    ArchSpec {
+        name: "gemma",
+        qk_norm: QkNorm::None,
+        post_norms: false,
+        swa_pattern: None,
+        wide_query_scale_at: None,
+        output: OutputWeight::Embd,
+        ..GEMMA3
+    },
     ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
+    ArchSpec {
+        name: "olmo2",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: QkNorm::Whole,
+        pre_norms: false,
+        post_norms: true,
+        experts: Experts::None,
+        swa_pattern: Some(4),
+        swa_rope: SwaRope::GlobalBaseUnscaled,
+        rope_factors: RopeFactors::None,
+        output: OutputWeight::Own,
+        ..LLAMA
+    },
 ];
 
 /// The row for `name`, or an error naming the file (`path`), the
@@ -255,6 +312,7 @@ pub struct HParams {
     pub swa_layers: Vec<bool>,
     pub rope_freq_base_swa: f32,
     pub rope_freq_scale_swa: f32,
+    pub rope_attn_factor_swa: f32,
     /// Scale applied to Q (scale_q architectures) or inside the softmax.
     pub attention_scale: f32,
     /// Final logit softcapping (0 = none).
@@ -354,9 +412,11 @@ impl HParams {
             None => 0,
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);
-        let (rope_freq_base_swa, rope_freq_scale_swa) = match spec.swa_rope_base {
-            Some(base) => (float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(base), 1.0),
-            None => (float("rope.freq_base_swa").map(|v| v as f32).unwrap_or(rope_freq_base), rope_freq_scale),
+        let swa_base = |default: f32| float("rope.freq_base_swa").map_or(default, |v| v as f32);
+        let (rope_freq_base_swa, rope_freq_scale_swa, rope_attn_factor_swa) = match spec.swa_rope {
+            SwaRope::Base(base) => (swa_base(base), 1.0, rope_attn_factor),
+            SwaRope::Global => (swa_base(rope_freq_base), rope_freq_scale, rope_attn_factor),
+            SwaRope::GlobalBaseUnscaled => (swa_base(rope_freq_base), 1.0, 1.0),
         };
         // llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
         // 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
@@ -428,6 +488,7 @@ impl HParams {
             swa_layers,
             rope_freq_base_swa,
             rope_freq_scale_swa,
+            rope_attn_factor_swa,
             attention_scale,
             final_logit_softcap,
             attn_softcap,

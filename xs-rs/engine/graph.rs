@@ -7,8 +7,8 @@
 //! A batch is a list of segments: runs of tokens that each extend their own
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
-use super::arch::Experts;
 use super::arch::{Activation, ArchSpec, HParams};
+use super::arch::{Experts, QkNorm};
 use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
@@ -115,7 +115,10 @@ impl Blueprint<'_> {
 
         for (il, layer) in w.layers.iter().enumerate() {
             let last = il + 1 == w.layers.len();
-            let cur = b.norm(inp_l, Some(layer.attn_norm), "attn_norm", Some(il));
+            let cur = match layer.attn_norm {
+                Some(w) => b.norm(inp_l, Some(w), "attn_norm", Some(il)),
+                None => inp_l,
+            };
             let mut cur = b.attention(cur, &layer.attn, segments, &seg_inputs, pos, il);
             let mut residual = inp_l;
             if last {
@@ -131,7 +134,10 @@ impl Blueprint<'_> {
             }
             let ffn_inp = g.add(cur, residual);
             name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
-            let cur = b.norm(ffn_inp, Some(layer.ffn_norm), "ffn_norm", Some(il));
+            let cur = match layer.ffn_norm {
+                Some(w) => b.norm(ffn_inp, Some(w), "ffn_norm", Some(il)),
+                None => ffn_inp,
+            };
             let mut cur = match &layer.ffn {
                 Ffn::Dense(w) => b.ffn(cur, w, il),
                 Ffn::Moe(w) => b.moe_ffn(cur, w, il),
@@ -209,7 +215,7 @@ impl Builder<'_, '_> {
             freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
             freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
             ext_factor: 0.0,
-            attn_factor: hp.rope_attn_factor,
+            attn_factor: if swa { hp.rope_attn_factor_swa } else { hp.rope_attn_factor },
             beta_fast: 32.0,
             beta_slow: 1.0,
         };
@@ -232,30 +238,57 @@ impl Builder<'_, '_> {
         let n = self.n_tokens;
         let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
         let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
-        let (mut q, mut k, v) = match w.qkv {
-            QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
-                g.reshape_3d(self.linear(wq, bq, x), hd_k, n_head, n),
-                g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
-                g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
-            ),
-            QkvWeights::Fused { wqkv, bqkv } => {
-                // views of the one product, as llama.cpp's build_qkv
-                let qkv = self.linear(wqkv, bqkv, x);
-                let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
-                let (q_dim, k_dim) = (hd_k * n_head, hd_k * n_head_kv);
-                (
-                    g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0),
-                    g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim)),
-                    g.view_3d(qkv, [hd_v, n_head_kv, n], [row_size(ty, hd_v), nb1], row_size(ty, q_dim + k_dim)),
-                )
+        let (q_dim, k_dim, v_dim) = (hd_k * n_head, hd_k * n_head_kv, hd_v * n_head_kv);
+        let (mut q, mut k, v) = if spec.qk_norm == QkNorm::Whole {
+            // OLMo 2: Q and K normed over the whole projection, then split
+            // into heads (llama.cpp's build_qkv without reshape)
+            let (q2, k2, v2) = match w.qkv {
+                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => {
+                    (self.linear(wq, bq, x), self.linear(wk, bk, x), self.linear(wv, bv, x))
+                }
+                QkvWeights::Fused { wqkv, bqkv } => {
+                    let qkv = self.linear(wqkv, bqkv, x);
+                    let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                    (
+                        g.cont(g.view_2d(qkv, [q_dim, n], nb1, 0)),
+                        g.cont(g.view_2d(qkv, [k_dim, n], nb1, row_size(ty, q_dim))),
+                        g.cont(g.view_2d(qkv, [v_dim, n], nb1, row_size(ty, q_dim + k_dim))),
+                    )
+                }
+            };
+            let q2 = self.norm(q2, w.q_norm, "Qcur_normed", Some(il));
+            let k2 = self.norm(k2, w.k_norm, "Kcur_normed", Some(il));
+            (
+                g.reshape_3d(q2, hd_k, n_head, n),
+                g.reshape_3d(k2, hd_k, n_head_kv, n),
+                g.reshape_3d(v2, hd_v, n_head_kv, n),
+            )
+        } else {
+            match w.qkv {
+                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
+                    g.reshape_3d(self.linear(wq, bq, x), hd_k, n_head, n),
+                    g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
+                    g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
+                ),
+                QkvWeights::Fused { wqkv, bqkv } => {
+                    // views of the one product, as llama.cpp's build_qkv
+                    let qkv = self.linear(wqkv, bqkv, x);
+                    let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                    (
+                        g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0),
+                        g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim)),
+                        g.view_3d(qkv, [hd_v, n_head_kv, n], [row_size(ty, hd_v), nb1], row_size(ty, q_dim + k_dim)),
+                    )
+                }
             }
         };
-        if let Some(qn) = w.q_norm {
-            q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
+        let per_head = spec.qk_norm == QkNorm::PerHead;
+        if per_head {
+            q = self.norm(q, w.q_norm, "Qcur_normed", Some(il));
         }
         q = self.rope(q, pos, il);
-        if let Some(kn) = w.k_norm {
-            k = self.norm(k, Some(kn), "Kcur_normed", Some(il));
+        if per_head {
+            k = self.norm(k, w.k_norm, "Kcur_normed", Some(il));
         }
         k = self.rope(k, pos, il);
         name(q, "Qcur", Some(il));

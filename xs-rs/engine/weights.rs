@@ -3,7 +3,7 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{ArchSpec, Experts, HParams, RopeFactors};
+use super::arch::{ArchSpec, Experts, HParams, OutputWeight, QkNorm, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
@@ -167,10 +167,10 @@ pub enum Ffn {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Tensor, // [n_embd]
+    pub attn_norm: Option<Tensor>, // [n_embd]; None without pre-norms (OLMo 2)
     pub attn: AttnWeights,
     pub attn_post_norm: Option<Tensor>, // [n_embd]
-    pub ffn_norm: Tensor,               // [n_embd]
+    pub ffn_norm: Option<Tensor>,       // [n_embd]
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Tensor>, // [n_embd]
 }
@@ -338,8 +338,11 @@ impl ModelWeights {
         use TensorKind::*;
         let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
         let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
-        let own_output =
-            if spec.output_is_embd { None } else { ld.want(Output, None, "weight", false, &[n_embd, n_vocab])? };
+        let own_output = match spec.output {
+            OutputWeight::Embd => None,
+            OutputWeight::OwnOrEmbd => ld.want(Output, None, "weight", false, &[n_embd, n_vocab])?,
+            OutputWeight::Own => ld.want(Output, None, "weight", true, &[n_embd, n_vocab])?,
+        };
         let output = match own_output {
             Some(i) => i,
             None => ld.want_as(Output, TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap(),
@@ -369,14 +372,14 @@ impl ModelWeights {
             Moe { router: usize, gate: Option<usize>, up: usize, down: usize, shared: Option<[usize; 4]> },
         }
         struct LayerIdx {
-            attn_norm: usize,
+            attn_norm: Option<usize>,
             qkv: QkvIdx,
             o: usize,
             bo: Option<usize>,
             q_norm: Option<usize>,
             k_norm: Option<usize>,
             attn_post_norm: Option<usize>,
-            ffn_norm: usize,
+            ffn_norm: Option<usize>,
             ffn: FfnIdx,
             ffn_post_norm: Option<usize>,
         }
@@ -440,18 +443,26 @@ impl ModelWeights {
                 }
             };
             layer_idx.push(LayerIdx {
-                attn_norm: ld.want(AttnNorm, l, "weight", true, &[n_embd])?.unwrap(),
+                attn_norm: if spec.pre_norms { ld.want(AttnNorm, l, "weight", true, &[n_embd])? } else { None },
                 qkv,
                 o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
                 bo: if spec.out_bias { ld.want(AttnOut, l, "bias", false, &[n_embd])? } else { None },
-                q_norm: if spec.qk_norm { ld.want(AttnQNorm, l, "weight", true, &[hd])? } else { None },
-                k_norm: if spec.qk_norm { ld.want(AttnKNorm, l, "weight", true, &[hd])? } else { None },
+                q_norm: match spec.qk_norm {
+                    QkNorm::None => None,
+                    QkNorm::PerHead => ld.want(AttnQNorm, l, "weight", true, &[hd])?,
+                    QkNorm::Whole => ld.want(AttnQNorm, l, "weight", true, &[q_dim])?,
+                },
+                k_norm: match spec.qk_norm {
+                    QkNorm::None => None,
+                    QkNorm::PerHead => ld.want(AttnKNorm, l, "weight", true, &[hd])?,
+                    QkNorm::Whole => ld.want(AttnKNorm, l, "weight", true, &[k_dim])?,
+                },
                 attn_post_norm: if spec.post_norms {
                     ld.want(AttnPostNorm, l, "weight", true, &[n_embd])?
                 } else {
                     None
                 },
-                ffn_norm: ld.want(FfnNorm, l, "weight", true, &[n_embd])?.unwrap(),
+                ffn_norm: if spec.pre_norms { ld.want(FfnNorm, l, "weight", true, &[n_embd])? } else { None },
                 ffn,
                 ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
             });
@@ -463,7 +474,7 @@ impl ModelWeights {
         let layers = layer_idx
             .iter()
             .map(|x| LayerWeights {
-                attn_norm: t(x.attn_norm),
+                attn_norm: o(x.attn_norm),
                 attn: AttnWeights {
                     qkv: match x.qkv {
                         QkvIdx::Separate { q, k, v, bias } => QkvWeights::Separate {
@@ -482,7 +493,7 @@ impl ModelWeights {
                     k_norm: o(x.k_norm),
                 },
                 attn_post_norm: o(x.attn_post_norm),
-                ffn_norm: t(x.ffn_norm),
+                ffn_norm: o(x.ffn_norm),
                 ffn: match x.ffn {
                     FfnIdx::Dense { gate, up, down } => {
                         Ffn::Dense(FfnWeights { gate: o(gate), up: t(up), down: t(down) })
