@@ -27,13 +27,24 @@ impl Rope {
     }
 }
 
-/// The gated feed-forward activation.
+/// The feed-forward activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// silu(gate) * up
     SwiGlu,
     /// gelu_tanh(gate) * up
     GeGlu,
+    /// gelu_tanh(up), no gate (StarCoder2)
+    Gelu,
+}
+
+/// The normalisation of the blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    /// RMSNorm (`attention.layer_norm_rms_epsilon`).
+    Rms,
+    /// LayerNorm with weight and bias (`attention.layer_norm_epsilon`).
+    Layer,
 }
 
 /// Tensors of RoPE frequency factors ([n_rot / 2], dividing each pair's frequency).
@@ -105,6 +116,10 @@ pub struct ArchSpec {
     /// The attention output projection may carry a bias (optional tensor;
     /// Q/K/V biases and a fused attn_qkv are optional for every row).
     pub out_bias: bool,
+    pub norm: Norm,
+    /// Biases on the norms, the attention output and the FFN's up and down
+    /// projections, all required (StarCoder2).
+    pub dense_biases: bool,
     /// RMSNorm of Q and K before RoPE.
     pub qk_norm: QkNorm,
     /// RMSNorm of each block's input (`attn_norm`, `ffn_norm`); OLMo 2 has none.
@@ -152,6 +167,8 @@ const LLAMA: ArchSpec = ArchSpec {
     name: "llama",
     rope: Rope::Norm,
     out_bias: true,
+    norm: Norm::Rms,
+    dense_biases: false,
     qk_norm: QkNorm::None,
     pre_norms: true,
     post_norms: false,
@@ -258,6 +275,16 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..GEMMA3
     },
     ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
+    ArchSpec {
+        name: "starcoder2",
+        rope: Rope::Neox,
+        norm: Norm::Layer,
+        dense_biases: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
     ArchSpec {
         name: "olmo2",
         rope: Rope::Neox,
@@ -381,7 +408,11 @@ impl HParams {
         if head_dim_k == 0 || head_dim_v == 0 {
             return Err(missing("attention.key_length"));
         }
-        let norm_eps = model.norm_eps().ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))? as f32;
+        let eps_key = match spec.norm {
+            Norm::Rms => "attention.layer_norm_rms_epsilon",
+            Norm::Layer => "attention.layer_norm_epsilon",
+        };
+        let norm_eps = float(eps_key).ok_or_else(|| missing(eps_key))? as f32;
         let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
         // llama.cpp's default type is linear: a scaling factor without a type
         // scales. YaRN-family types are refused rather than ignored.

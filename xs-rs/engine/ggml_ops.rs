@@ -50,6 +50,8 @@ extern "C" {
     fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
     fn ggml_tanh(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_silu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_gelu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
     fn ggml_div(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_sum_rows(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_clamp(ctx: *mut ggml_context, a: *mut ggml_tensor, min: f32, max: f32) -> *mut ggml_tensor;
@@ -374,6 +376,15 @@ impl GraphCtx {
     pub fn tanh(&self, a: Tensor) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_tanh(self.c(), a.0) })
+    }
+    pub fn gelu(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_gelu(self.c(), a.0) })
+    }
+    /// LayerNorm without weight: (x - mean) / sqrt(var + eps) over each row.
+    pub fn layer_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_norm(self.c(), a.0, eps) })
     }
     pub fn silu(&self, a: Tensor) -> Tensor {
         // SAFETY: see the note above.

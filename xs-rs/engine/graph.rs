@@ -8,7 +8,7 @@
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
 use super::arch::{Activation, ArchSpec, HParams};
-use super::arch::{Experts, QkNorm};
+use super::arch::{Experts, Norm, QkNorm};
 use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
@@ -116,7 +116,7 @@ impl Blueprint<'_> {
         for (il, layer) in w.layers.iter().enumerate() {
             let last = il + 1 == w.layers.len();
             let cur = match layer.attn_norm {
-                Some(w) => b.norm(inp_l, Some(w), "attn_norm", Some(il)),
+                Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
                 None => inp_l,
             };
             let mut cur = b.attention(cur, &layer.attn, segments, &seg_inputs, pos, il);
@@ -135,7 +135,7 @@ impl Blueprint<'_> {
             let ffn_inp = g.add(cur, residual);
             name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
             let cur = match layer.ffn_norm {
-                Some(w) => b.norm(ffn_inp, Some(w), "ffn_norm", Some(il)),
+                Some(w) => b.norm_biased(ffn_inp, Some(w), layer.ffn_norm_b, "ffn_norm", Some(il)),
                 None => ffn_inp,
             };
             let mut cur = match &layer.ffn {
@@ -154,7 +154,7 @@ impl Blueprint<'_> {
             inp_l = out;
         }
 
-        let cur = b.norm(inp_l, Some(w.output_norm), "result_norm", None);
+        let cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
         let mut logits = g.mul_mat(w.output, cur);
         if hp.logit_scale != 1.0 {
             logits = g.scale(logits, 1.0 / hp.logit_scale);
@@ -185,12 +185,31 @@ fn name(t: Tensor, label: &str, il: Option<usize>) {
 }
 
 impl Builder<'_, '_> {
-    /// RMSNorm times the weight (llama.cpp's build_norm with LLM_NORM_RMS).
+    /// The row's norm times the weight (llama.cpp's build_norm).
     fn norm(&self, x: Tensor, weight: Option<Tensor>, label: &str, il: Option<usize>) -> Tensor {
-        let mut cur = self.g.rms_norm(x, self.bp.hp.norm_eps);
+        self.norm_biased(x, weight, None, label, il)
+    }
+
+    /// The row's norm times the weight, plus the bias.
+    fn norm_biased(
+        &self,
+        x: Tensor,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        label: &str,
+        il: Option<usize>,
+    ) -> Tensor {
+        let (g, eps) = (self.g, self.bp.hp.norm_eps);
+        let mut cur = match self.bp.spec.norm {
+            Norm::Rms => g.rms_norm(x, eps),
+            Norm::Layer => g.layer_norm(x, eps),
+        };
         if let Some(w) = weight {
             name(cur, "norm", il);
-            cur = self.g.mul(cur, w);
+            cur = g.mul(cur, w);
+        }
+        if let Some(b) = bias {
+            cur = g.add(cur, b);
         }
         name(cur, label, il);
         cur
@@ -361,7 +380,7 @@ impl Builder<'_, '_> {
     /// The gated feed-forward block (llama.cpp's build_ffn with LLM_FFN_PAR).
     fn ffn(&self, x: Tensor, w: &FfnWeights, il: usize) -> Tensor {
         let g = self.g;
-        let up = g.mul_mat(w.up, x);
+        let up = self.linear(w.up, w.up_b, x);
         name(up, "ffn_up", Some(il));
         let cur = match w.gate {
             Some(gate) => {
@@ -369,16 +388,17 @@ impl Builder<'_, '_> {
                 name(gate, "ffn_gate", Some(il));
                 match self.bp.spec.act {
                     Activation::SwiGlu => g.swiglu_split(gate, up),
-                    Activation::GeGlu => g.geglu_split(gate, up),
+                    Activation::GeGlu | Activation::Gelu => g.geglu_split(gate, up),
                 }
             }
-            // gate and up in one product, gate first (Phi-3)
+            // gate and up in one product, gate first (Phi-3), or no gate
             None => match self.bp.spec.act {
                 Activation::SwiGlu => g.swiglu(up),
                 Activation::GeGlu => g.geglu(up),
+                Activation::Gelu => g.gelu(up),
             },
         };
-        g.mul_mat(w.down, cur)
+        self.linear(w.down, w.down_b, cur)
     }
 }
 
@@ -414,7 +434,7 @@ impl Builder<'_, '_> {
         let up = g.mul_mat_id(w.up_exps, cur, selected); // [n_ff_exp, n_used, n]
         let act = match (w.gate_exps, self.bp.spec.act) {
             (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat_id(gate, cur, selected), up),
-            (Some(gate), Activation::GeGlu) => g.geglu_split(g.mul_mat_id(gate, cur, selected), up),
+            (Some(gate), Activation::GeGlu | Activation::Gelu) => g.geglu_split(g.mul_mat_id(gate, cur, selected), up),
             (None, _) => g.silu(up),
         };
         let experts = g.mul(g.mul_mat_id(w.down_exps, act, selected), weights); // [n_embd, n_used, n]

@@ -3,7 +3,7 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{ArchSpec, Experts, HParams, OutputWeight, QkNorm, RopeFactors};
+use super::arch::{Activation, ArchSpec, Experts, HParams, OutputWeight, QkNorm, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
@@ -144,10 +144,12 @@ pub struct AttnWeights {
 
 /// Gated feed-forward weights of one layer.
 pub struct FfnWeights {
-    /// [n_embd, n_ff]; None when `up` holds gate and up (Phi-3).
+    /// [n_embd, n_ff]; None when ungated or when `up` holds gate and up (Phi-3).
     pub gate: Option<Tensor>,
     pub up: Tensor,   // [n_embd, n_ff], or [n_embd, 2 * n_ff] fused
     pub down: Tensor, // [n_ff, n_embd]
+    pub up_b: Option<Tensor>,
+    pub down_b: Option<Tensor>,
 }
 
 /// A mixture-of-experts block: the router and the stacked expert matrices.
@@ -168,9 +170,11 @@ pub enum Ffn {
 
 pub struct LayerWeights {
     pub attn_norm: Option<Tensor>, // [n_embd]; None without pre-norms (OLMo 2)
+    pub attn_norm_b: Option<Tensor>,
     pub attn: AttnWeights,
     pub attn_post_norm: Option<Tensor>, // [n_embd]
     pub ffn_norm: Option<Tensor>,       // [n_embd]
+    pub ffn_norm_b: Option<Tensor>,
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Tensor>, // [n_embd]
 }
@@ -179,7 +183,8 @@ pub struct LayerWeights {
 pub struct ModelWeights {
     pub tok_embd: Tensor,    // [n_embd, n_vocab]
     pub output_norm: Tensor, // [n_embd]
-    pub output: Tensor,      // [n_embd, n_vocab] (a second tensor over token_embd when tied)
+    pub output_norm_b: Option<Tensor>,
+    pub output: Tensor, // [n_embd, n_vocab] (a second tensor over token_embd when tied)
     /// RoPE frequency factors [n_rot / 2] shared by all layers: Llama 3's
     /// `rope_freqs`, or LongRoPE's long and short sets.
     pub rope_freqs: Option<Tensor>,
@@ -338,6 +343,8 @@ impl ModelWeights {
         use TensorKind::*;
         let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
         let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
+        let biases = spec.dense_biases;
+        let output_norm_b = if biases { ld.want(OutputNorm, None, "bias", true, &[n_embd])? } else { None };
         let own_output = match spec.output {
             OutputWeight::Embd => None,
             OutputWeight::OwnOrEmbd => ld.want(Output, None, "weight", false, &[n_embd, n_vocab])?,
@@ -368,11 +375,12 @@ impl ModelWeights {
             Fused { qkv: usize, bias: Option<usize> },
         }
         enum FfnIdx {
-            Dense { gate: Option<usize>, up: usize, down: usize },
+            Dense { gate: Option<usize>, up: usize, down: usize, biases: [Option<usize>; 2] },
             Moe { router: usize, gate: Option<usize>, up: usize, down: usize, shared: Option<[usize; 4]> },
         }
         struct LayerIdx {
             attn_norm: Option<usize>,
+            norm_biases: [Option<usize>; 2],
             qkv: QkvIdx,
             o: usize,
             bo: Option<usize>,
@@ -429,24 +437,31 @@ impl ModelWeights {
                     down: ld.want(FfnDownExps, l, "weight", true, &[n_ff_exp, n_embd, n_expert])?.unwrap(),
                     shared,
                 }
-            } else if spec.fused_ffn_up {
-                FfnIdx::Dense {
-                    gate: None,
-                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, 2 * n_ff])?.unwrap(),
-                    down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
-                }
             } else {
+                let up_rows = if spec.fused_ffn_up { 2 * n_ff } else { n_ff };
+                let gated = spec.act != Activation::Gelu && !spec.fused_ffn_up;
                 FfnIdx::Dense {
-                    gate: ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])?,
-                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, n_ff])?.unwrap(),
+                    gate: if gated { ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])? } else { None },
+                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, up_rows])?.unwrap(),
                     down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                    biases: if biases {
+                        [ld.want(FfnUp, l, "bias", true, &[up_rows])?, ld.want(FfnDown, l, "bias", true, &[n_embd])?]
+                    } else {
+                        [None; 2]
+                    },
                 }
+            };
+            let norm_biases = if biases && spec.pre_norms {
+                [ld.want(AttnNorm, l, "bias", true, &[n_embd])?, ld.want(FfnNorm, l, "bias", true, &[n_embd])?]
+            } else {
+                [None; 2]
             };
             layer_idx.push(LayerIdx {
                 attn_norm: if spec.pre_norms { ld.want(AttnNorm, l, "weight", true, &[n_embd])? } else { None },
                 qkv,
                 o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
-                bo: if spec.out_bias { ld.want(AttnOut, l, "bias", false, &[n_embd])? } else { None },
+                bo: if spec.out_bias || biases { ld.want(AttnOut, l, "bias", biases, &[n_embd])? } else { None },
+                norm_biases,
                 q_norm: match spec.qk_norm {
                     QkNorm::None => None,
                     QkNorm::PerHead => ld.want(AttnQNorm, l, "weight", true, &[hd])?,
@@ -475,6 +490,7 @@ impl ModelWeights {
             .iter()
             .map(|x| LayerWeights {
                 attn_norm: o(x.attn_norm),
+                attn_norm_b: o(x.norm_biases[0]),
                 attn: AttnWeights {
                     qkv: match x.qkv {
                         QkvIdx::Separate { q, k, v, bias } => QkvWeights::Separate {
@@ -494,17 +510,23 @@ impl ModelWeights {
                 },
                 attn_post_norm: o(x.attn_post_norm),
                 ffn_norm: o(x.ffn_norm),
+                ffn_norm_b: o(x.norm_biases[1]),
                 ffn: match x.ffn {
-                    FfnIdx::Dense { gate, up, down } => {
-                        Ffn::Dense(FfnWeights { gate: o(gate), up: t(up), down: t(down) })
-                    }
+                    FfnIdx::Dense { gate, up, down, biases } => Ffn::Dense(FfnWeights {
+                        gate: o(gate),
+                        up: t(up),
+                        down: t(down),
+                        up_b: o(biases[0]),
+                        down_b: o(biases[1]),
+                    }),
                     FfnIdx::Moe { router, gate, up, down, shared } => Ffn::Moe(MoeWeights {
                         gate_inp: t(router),
                         gate_exps: o(gate),
                         up_exps: t(up),
                         down_exps: t(down),
-                        shared: shared
-                            .map(|[gi, g, u, d]| (t(gi), FfnWeights { gate: Some(t(g)), up: t(u), down: t(d) })),
+                        shared: shared.map(|[gi, g, u, d]| {
+                            (t(gi), FfnWeights { gate: Some(t(g)), up: t(u), down: t(d), up_b: None, down_b: None })
+                        }),
                     }),
                 },
                 ffn_post_norm: o(x.ffn_post_norm),
@@ -513,6 +535,7 @@ impl ModelWeights {
         Ok(ModelWeights {
             tok_embd: t(tok_embd),
             output_norm: t(output_norm),
+            output_norm_b: o(output_norm_b),
             output: t(output),
             rope_freqs: o(rope_freqs),
             rope_long: o(rope_long),
