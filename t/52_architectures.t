@@ -56,5 +56,18 @@ for my $name (sort keys %$models) {
     }
 }
 diag('architectures covered: ' . join ' ', sort keys %seen_arch);
+is_deeply([ sort keys %seen_arch ], [ sort(Lugh::supported_architectures()) ],
+    'every supported architecture is compared with llama.cpp');
+
+# Not supported: the croak names the architecture and the supported ones.
+my $other = arch_models($dir, 1, '{"name":"falcon","base":"llama","arch":"falcon"}');
+my $falcon = Lugh::Model->new(model => $other->{falcon});
+eval { Lugh::Inference->new(model => $falcon, n_threads => 1) };
+like($@, qr/falcon.*not supported.*\bllama\b.*\bqwen3moe\b.*\bgpt2\b/s, 'an unsupported architecture croaks, listing the supported');
+
+# Learned positions end at the training context.
+my $gpt2 = Lugh::Model->new(model => $models->{gpt2});
+eval { Lugh::Inference->new(model => $gpt2, n_threads => 1, n_ctx => 513) };
+like($@, qr/n_ctx 513 is more than the 512 positions this model learned \(architecture gpt2/, 'gpt2: n_ctx past its positions croaks');
 
 done_testing;

@@ -276,7 +276,8 @@ context (before anything is computed).
         n_batch    => 512,        # prompt tokens per graph evaluation (default 512)
     );
 
-Croaks when the model's architecture is not supported (naming it), when the
+Croaks when the model's architecture is not supported (naming it and those
+that are, L<Lugh/supported_architectures>), when the
 backend is unknown or unavailable (listing those available), and on an
 unknown option.
 

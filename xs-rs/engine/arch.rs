@@ -16,13 +16,17 @@ pub enum Rope {
     Norm,
     /// First half with second half (GPT-NeoX, Qwen2, Gemma).
     Neox,
+    /// No rotary embeddings: learned positions instead (GPT-2).
+    None,
 }
 
 impl Rope {
-    pub fn ggml_mode(self) -> c_int {
+    /// ggml's mode; None for no RoPE.
+    pub fn ggml_mode(self) -> Option<c_int> {
         match self {
-            Rope::Norm => GGML_ROPE_TYPE_NORM,
-            Rope::Neox => GGML_ROPE_TYPE_NEOX,
+            Rope::Norm => Some(GGML_ROPE_TYPE_NORM),
+            Rope::Neox => Some(GGML_ROPE_TYPE_NEOX),
+            Rope::None => None,
         }
     }
 }
@@ -275,6 +279,16 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..GEMMA3
     },
     ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
+    ArchSpec {
+        name: "gpt2",
+        rope: Rope::None,
+        norm: Norm::Layer,
+        dense_biases: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
     ArchSpec {
         name: "starcoder2",
         rope: Rope::Neox,

@@ -111,6 +111,9 @@ impl Blueprint<'_> {
         } else if hp.embedding_scale != 0.0 {
             inp_l = g.scale(inp_l, hp.embedding_scale);
         }
+        if let Some(pos_embd) = w.pos_embd {
+            inp_l = g.add(inp_l, g.get_rows(pos_embd, pos));
+        }
         g.expand(inp_l);
 
         for (il, layer) in w.layers.iter().enumerate() {
@@ -224,13 +227,17 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// RoPE of Q or K, or x unchanged for rows without RoPE.
     fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
         let hp = self.bp.hp;
+        let Some(mode) = self.bp.spec.rope.ggml_mode() else {
+            return x;
+        };
         let swa = hp.is_swa(il);
         let p = RopeParams {
             n_dims: hp.n_rot as i32,
-            mode: self.bp.spec.rope.ggml_mode(),
-            n_ctx_orig: hp.n_ctx_train as i32,
+            mode,
+            n_ctx_orig: hp.n_ctx_orig_yarn.min(i32::MAX as usize) as i32,
             freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
             freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
             ext_factor: 0.0,

@@ -151,6 +151,12 @@ impl Inference {
             Some(n) => in_range("n_ctx", n, MAX_CTX)?,
             None => hp.n_ctx_train.min(4096),
         };
+        if spec.rope == arch::Rope::None && n_ctx > hp.n_ctx_train {
+            return Err(Error::Argument(format!(
+                "n_ctx {n_ctx} is more than the {} positions this model learned (architecture {}, context_length)",
+                hp.n_ctx_train, spec.name
+            )));
+        }
         let n_batch = match options.n_batch {
             Some(n) => in_range("n_batch", n, MAX_CTX)?,
             None => 512,

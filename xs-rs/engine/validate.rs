@@ -9,7 +9,7 @@
 //! Shapes are checked where the weights are wanted (weights.rs derives each
 //! expected shape from the hyperparameters); this module says which types a
 //! role allows and which hyperparameter values are usable.
-use super::arch::{ArchSpec, HParams};
+use super::arch::{ArchSpec, HParams, Rope};
 use super::ggml_sys as sys;
 use super::model::Model;
 use super::{Error, Result};
@@ -104,7 +104,7 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
             format!("{} KV heads must divide {} heads", hp.n_head_kv, hp.n_head),
         ));
     }
-    if hp.n_rot == 0 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim_k {
+    if spec.rope != Rope::None && (hp.n_rot == 0 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim_k) {
         return Err(bad(
             "rope.dimension_count",
             format!("is {}, but RoPE needs an even count in 2..={} (the key head size)", hp.n_rot, hp.head_dim_k),

@@ -3,7 +3,7 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{Activation, ArchSpec, Experts, HParams, OutputWeight, QkNorm, RopeFactors};
+use super::arch::{Activation, ArchSpec, Experts, HParams, OutputWeight, QkNorm, Rope, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TensorKind {
     TokenEmbd,
+    PosEmbd,
     OutputNorm,
     Output,
     AttnNorm,
@@ -62,6 +63,7 @@ impl TensorKind {
         use TensorKind::*;
         match self {
             TokenEmbd => "token_embd",
+            PosEmbd => "position_embd",
             OutputNorm => "output_norm",
             Output => "output",
             AttnNorm => "attn_norm",
@@ -104,7 +106,7 @@ impl TensorKind {
         use TensorKind::*;
         match (self, suffix) {
             (_, "bias") => WeightOp::Elementwise,
-            (TokenEmbd, _) => WeightOp::GetRows,
+            (TokenEmbd | PosEmbd, _) => WeightOp::GetRows,
             (FfnGateExps | FfnUpExps | FfnDownExps, _) => WeightOp::MulMatId,
             (
                 Output | AttnQ | AttnK | AttnV | AttnQkv | AttnOut | FfnGate | FfnUp | FfnDown | FfnGateInp
@@ -181,7 +183,9 @@ pub struct LayerWeights {
 
 /// All weights of a model on one device. Immutable after load.
 pub struct ModelWeights {
-    pub tok_embd: Tensor,    // [n_embd, n_vocab]
+    pub tok_embd: Tensor, // [n_embd, n_vocab]
+    /// Learned position embeddings [n_embd, n_ctx_train] (GPT-2).
+    pub pos_embd: Option<Tensor>,
     pub output_norm: Tensor, // [n_embd]
     pub output_norm_b: Option<Tensor>,
     pub output: Tensor, // [n_embd, n_vocab] (a second tensor over token_embd when tied)
@@ -342,6 +346,11 @@ impl ModelWeights {
         let o_dim = (hp.n_head * hp.head_dim_v) as i64;
         use TensorKind::*;
         let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
+        let pos_embd = if spec.rope == Rope::None {
+            ld.want(PosEmbd, None, "weight", true, &[n_embd, hp.n_ctx_train as i64])?
+        } else {
+            None
+        };
         let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
         let biases = spec.dense_biases;
         let output_norm_b = if biases { ld.want(OutputNorm, None, "bias", true, &[n_embd])? } else { None };
@@ -534,6 +543,7 @@ impl ModelWeights {
             .collect();
         Ok(ModelWeights {
             tok_embd: t(tok_embd),
+            pos_embd: o(pos_embd),
             output_norm: t(output_norm),
             output_norm_b: o(output_norm_b),
             output: t(output),

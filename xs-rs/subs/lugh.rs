@@ -22,6 +22,12 @@ xs_subs! { "Lugh";
         Ok(Ret::One(args.perl().uint(n)))
     }
 
+    fn supported_architectures(args) {
+        args.expect(0, 0, c"");
+        let perl = args.perl();
+        Ok(Ret::List(crate::engine::arch::ARCHITECTURES.iter().map(|a| perl.str(a.name)).collect()))
+    }
+
     fn available_backends(args) {
         args.expect(0, 0, c"");
         let perl = args.perl();
