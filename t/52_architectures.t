@@ -11,7 +11,7 @@ use Lugh;
 # random-weight models that t/make-arch-models writes (seed 1; the gguf
 # Python package pinned by `perl t/fetch-models gguf-python`) with real
 # vocabularies: GQA and MHA, odd head counts, head sizes other than
-# n_embd / n_head, tied and separate outputs, Q8_0/F16/F32 weights. The
+# n_embd / n_head, tied and separate outputs, F32/F16/Q8_0/Q4_K/Q6_K weights. The
 # expected outputs (t/data/reference/VARIANT/arch.CASE.fa-on|off.jsonl) come
 # from bench/make-arch-reference. Where this build's kernel variant has them:
 # top-20 logits within 0.05 and the 16-token greedy continuation identical;
