@@ -236,6 +236,7 @@ mod tests {
             swa_layers: vec![gemma, false],
             rope_freq_base_swa: 10000.0,
             rope_freq_scale_swa: 1.0,
+            rope_attn_factor_swa: 1.0,
             attention_scale: 0.25,
             final_logit_softcap: 0.0,
             attn_softcap: if arch == "gemma2" { 50.0 } else { 0.0 },
