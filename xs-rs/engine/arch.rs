@@ -47,7 +47,7 @@ pub enum Activation {
 pub enum Norm {
     /// RMSNorm (`attention.layer_norm_rms_epsilon`).
     Rms,
-    /// LayerNorm with weight and bias (`attention.layer_norm_epsilon`).
+    /// LayerNorm with weight and (required) bias (`attention.layer_norm_epsilon`).
     Layer,
 }
 
@@ -121,9 +121,13 @@ pub struct ArchSpec {
     /// Q/K/V biases and a fused attn_qkv are optional for every row).
     pub out_bias: bool,
     pub norm: Norm,
-    /// Biases on the norms, the attention output and the FFN's up and down
-    /// projections, all required (StarCoder2).
+    /// Biases on the attention output and the FFN's up and down projections,
+    /// all required (StarCoder2, GPT-2).
     pub dense_biases: bool,
+    /// Attention and FFN side by side on the same normed input, both added
+    /// to the residual (Falcon; Falcon-40B's attention has its own
+    /// `attn_norm_2`).
+    pub parallel_block: bool,
     /// RMSNorm of Q and K before RoPE.
     pub qk_norm: QkNorm,
     /// RMSNorm of each block's input (`attn_norm`, `ffn_norm`); OLMo 2 has none.
@@ -173,6 +177,7 @@ const LLAMA: ArchSpec = ArchSpec {
     out_bias: true,
     norm: Norm::Rms,
     dense_biases: false,
+    parallel_block: false,
     qk_norm: QkNorm::None,
     pre_norms: true,
     post_norms: false,
@@ -284,6 +289,17 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         rope: Rope::None,
         norm: Norm::Layer,
         dense_biases: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "falcon",
+        rope: Rope::Neox,
+        out_bias: false,
+        norm: Norm::Layer,
+        parallel_block: true,
         act: Activation::Gelu,
         experts: Experts::None,
         rope_factors: RopeFactors::None,

@@ -12,7 +12,7 @@ use super::arch::{Experts, Norm, QkNorm};
 use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use super::kv_cache::KvCache;
-use super::weights::{AttnWeights, Ffn, FfnWeights, ModelWeights, MoeWeights, QkvWeights};
+use super::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
 
 /// One sequence's share of a batch.
@@ -118,6 +118,11 @@ impl Blueprint<'_> {
 
         for (il, layer) in w.layers.iter().enumerate() {
             let last = il + 1 == w.layers.len();
+            if self.spec.parallel_block {
+                let rows = last.then_some(out_ids);
+                inp_l = b.parallel_layer(inp_l, layer, segments, &seg_inputs, pos, rows, il);
+                continue;
+            }
             let cur = match layer.attn_norm {
                 Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
                 None => inp_l,
@@ -410,6 +415,45 @@ impl Builder<'_, '_> {
 }
 
 impl Builder<'_, '_> {
+    /// A parallel block (llama.cpp's falcon graph): attention and the FFN
+    /// both read the normed input (the attention Falcon-40B's second norm of
+    /// it), and both outputs are added to the residual. `rows`: the output
+    /// rows, in the last layer.
+    #[allow(clippy::too_many_arguments)]
+    fn parallel_layer(
+        &self,
+        inp_l: Tensor,
+        layer: &LayerWeights,
+        segments: &[Segment],
+        inputs: &[SegmentInputs],
+        pos: Tensor,
+        rows: Option<Tensor>,
+        il: usize,
+    ) -> Tensor {
+        let g = self.g;
+        let mut attn_norm = self.norm_biased(inp_l, layer.attn_norm, layer.attn_norm_b, "attn_norm", Some(il));
+        let attn_in = match layer.attn_norm_2 {
+            Some((w, b)) => self.norm_biased(inp_l, Some(w), Some(b), "attn_norm_2", Some(il)),
+            None => attn_norm,
+        };
+        let mut cur = self.attention(attn_in, &layer.attn, segments, inputs, pos, il);
+        let mut residual = inp_l;
+        if let Some(rows) = rows {
+            cur = g.get_rows(cur, rows);
+            residual = g.get_rows(residual, rows);
+            attn_norm = g.get_rows(attn_norm, rows);
+        }
+        let attn_out = cur;
+        let ffn_out = match &layer.ffn {
+            Ffn::Dense(w) => self.ffn(attn_norm, w, il),
+            Ffn::Moe(w) => self.moe_ffn(attn_norm, w, il),
+        };
+        name(ffn_out, "ffn_out", Some(il));
+        let out = g.add(g.add(ffn_out, attn_out), residual);
+        name(out, "l_out", Some(il));
+        out
+    }
+
     /// A mixture-of-experts block (llama.cpp's build_moe_ffn with softmax
     /// routing): each token's top n_expert_used experts by router
     /// probability, their outputs weighted by those probabilities

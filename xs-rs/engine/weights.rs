@@ -3,7 +3,7 @@
 //! loader that places each weight in the buffer type llama.cpp would pick
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
-use super::arch::{Activation, ArchSpec, Experts, HParams, OutputWeight, QkNorm, Rope, RopeFactors};
+use super::arch::{Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
@@ -21,6 +21,7 @@ pub enum TensorKind {
     OutputNorm,
     Output,
     AttnNorm,
+    AttnNorm2,
     AttnQ,
     AttnK,
     AttnV,
@@ -67,6 +68,7 @@ impl TensorKind {
             OutputNorm => "output_norm",
             Output => "output",
             AttnNorm => "attn_norm",
+            AttnNorm2 => "attn_norm_2",
             AttnQ => "attn_q",
             AttnK => "attn_k",
             AttnV => "attn_v",
@@ -173,6 +175,8 @@ pub enum Ffn {
 pub struct LayerWeights {
     pub attn_norm: Option<Tensor>, // [n_embd]; None without pre-norms (OLMo 2)
     pub attn_norm_b: Option<Tensor>,
+    /// Falcon-40B: the attention's own input norm (weight, bias).
+    pub attn_norm_2: Option<(Tensor, Tensor)>,
     pub attn: AttnWeights,
     pub attn_post_norm: Option<Tensor>, // [n_embd]
     pub ffn_norm: Option<Tensor>,       // [n_embd]
@@ -353,7 +357,8 @@ impl ModelWeights {
         };
         let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
         let biases = spec.dense_biases;
-        let output_norm_b = if biases { ld.want(OutputNorm, None, "bias", true, &[n_embd])? } else { None };
+        let layer_norm = spec.norm == Norm::Layer;
+        let output_norm_b = if layer_norm { ld.want(OutputNorm, None, "bias", true, &[n_embd])? } else { None };
         let own_output = match spec.output {
             OutputWeight::Embd => None,
             OutputWeight::OwnOrEmbd => ld.want(Output, None, "weight", false, &[n_embd, n_vocab])?,
@@ -390,6 +395,7 @@ impl ModelWeights {
         struct LayerIdx {
             attn_norm: Option<usize>,
             norm_biases: [Option<usize>; 2],
+            attn_norm_2: Option<(usize, usize)>,
             qkv: QkvIdx,
             o: usize,
             bo: Option<usize>,
@@ -460,8 +466,13 @@ impl ModelWeights {
                     },
                 }
             };
-            let norm_biases = if biases && spec.pre_norms {
-                [ld.want(AttnNorm, l, "bias", true, &[n_embd])?, ld.want(FfnNorm, l, "bias", true, &[n_embd])?]
+            // a parallel block's FFN reads the attention's norm: no ffn_norm
+            let ffn_norm = spec.pre_norms && !spec.parallel_block;
+            let norm_biases = if layer_norm && spec.pre_norms {
+                [
+                    ld.want(AttnNorm, l, "bias", true, &[n_embd])?,
+                    if ffn_norm { ld.want(FfnNorm, l, "bias", true, &[n_embd])? } else { None },
+                ]
             } else {
                 [None; 2]
             };
@@ -471,6 +482,10 @@ impl ModelWeights {
                 o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
                 bo: if spec.out_bias || biases { ld.want(AttnOut, l, "bias", biases, &[n_embd])? } else { None },
                 norm_biases,
+                attn_norm_2: match (spec.parallel_block, ld.want(AttnNorm2, l, "weight", false, &[n_embd])?) {
+                    (true, Some(w)) => Some((w, ld.want(AttnNorm2, l, "bias", true, &[n_embd])?.unwrap())),
+                    _ => None,
+                },
                 q_norm: match spec.qk_norm {
                     QkNorm::None => None,
                     QkNorm::PerHead => ld.want(AttnQNorm, l, "weight", true, &[hd])?,
@@ -486,7 +501,7 @@ impl ModelWeights {
                 } else {
                     None
                 },
-                ffn_norm: if spec.pre_norms { ld.want(FfnNorm, l, "weight", true, &[n_embd])? } else { None },
+                ffn_norm: if ffn_norm { ld.want(FfnNorm, l, "weight", true, &[n_embd])? } else { None },
                 ffn,
                 ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
             });
@@ -500,6 +515,7 @@ impl ModelWeights {
             .map(|x| LayerWeights {
                 attn_norm: o(x.attn_norm),
                 attn_norm_b: o(x.norm_biases[0]),
+                attn_norm_2: x.attn_norm_2.map(|(w, b)| (t(w), t(b))),
                 attn: AttnWeights {
                     qkv: match x.qkv {
                         QkvIdx::Separate { q, k, v, bias } => QkvWeights::Separate {
