@@ -28,8 +28,9 @@ pub struct Segment<'a> {
 pub struct SegmentInputs {
     pub k_idxs: Tensor,
     pub v_idxs: Tensor,
-    /// Causal mask over the segment's cache [n_kv, n_tokens].
-    pub mask: Tensor,
+    /// Causal mask over the segment's cache [n_kv, n_tokens] (when some
+    /// layer is global: a graph input no op reads would get no memory).
+    pub mask: Option<Tensor>,
     /// The same with the sliding window, for SWA layers.
     pub mask_swa: Option<Tensor>,
     pub n_kv: usize,
@@ -86,6 +87,7 @@ impl Blueprint<'_> {
         let pos = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_pos");
         let mask_type = if self.flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
         let has_swa = hp.swa_layers.iter().any(|&s| s);
+        let has_global = hp.swa_layers.iter().any(|&s| !s) || hp.swa_layers.is_empty();
         let seg_inputs: Vec<SegmentInputs> = segments
             .iter()
             .map(|s| {
@@ -95,7 +97,7 @@ impl Blueprint<'_> {
                 SegmentInputs {
                     k_idxs: input(&g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
                     v_idxs: input(&g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
-                    mask: input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask"),
+                    mask: has_global.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask")),
                     mask_swa: has_swa.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask_swa")),
                     n_kv,
                 }
@@ -349,7 +351,8 @@ impl Builder<'_, '_> {
             g.expand(seg.cache.store_v(g, vs, inp.v_idxs, il));
             let kc = seg.cache.view_k(g, il, inp.n_kv);
             let vc = seg.cache.view_v(g, il, inp.n_kv);
-            let mask = if hp.is_swa(il) { inp.mask_swa.unwrap_or(inp.mask) } else { inp.mask };
+            let mask = if hp.is_swa(il) { inp.mask_swa } else { inp.mask };
+            let mask = mask.expect("the masks are made for the kinds of layer there are");
             let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, seg.cache.layout().v_trans);
             out = Some(match out {
                 None => cur,

@@ -521,7 +521,9 @@ impl Inference {
                     rt::tensor_set(mask, mask_f32);
                 }
             };
-            fill(inp.mask, 0);
+            if let Some(m) = inp.mask {
+                fill(m, 0);
+            }
             if let Some(m) = inp.mask_swa {
                 fill(m, n_swa);
             }

@@ -175,13 +175,12 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
     }
     if hp.n_swa > 0 {
         rope_base("rope.freq_base_swa", hp.rope_freq_base_swa)?;
-        if hp.swa_layers.len() != hp.n_layer || hp.swa_layers.iter().all(|&local| local) {
+        // every layer may be local (a model shorter than its pattern), as
+        // in llama.cpp; the list must cover the layers
+        if hp.swa_layers.len() != hp.n_layer {
             return Err(bad(
                 "attention.sliding_window_pattern",
-                format!(
-                    "leaves none of the {} layers global (the pattern must have at least one global layer within block_count)",
-                    hp.n_layer
-                ),
+                format!("covers {} layers, but block_count is {}", hp.swa_layers.len(), hp.n_layer),
             ));
         }
     }
@@ -307,8 +306,10 @@ mod tests {
     }
 
     #[test]
-    fn a_sliding_window_pattern_needs_a_global_layer() {
-        refused("gemma3", |h| h.swa_layers = vec![true, true], &["sliding_window_pattern", "none of the 2 layers"]);
+    fn a_sliding_window_pattern_covers_the_layers() {
+        refused("gemma3", |h| h.swa_layers = vec![true], &["sliding_window_pattern", "covers 1 layers"]);
+        // a model shorter than its pattern: every layer local
+        check("gemma3", |h| h.swa_layers = vec![true, true]).unwrap();
         // without a window the pattern is not used
         check("gemma3", |h| {
             h.n_swa = 0;
