@@ -115,7 +115,8 @@ The version of ggml that Lugh is built with.
 =head2 supported_architectures
 
     print join(' ', Lugh::supported_architectures()), "\n";
-    # llama qwen2 qwen2moe qwen3 qwen3moe phi3 gemma2 gemma3 gemma granite gpt2 falcon starcoder2 olmo2
+    # llama qwen2 qwen2moe qwen3 qwen3moe phi3 gemma2 gemma3 gemma granite gpt2 falcon stablelm
+    # starcoder2 olmo2
 
 The values of C<general.architecture> that L<Lugh::Inference> runs, in the
 order of the engine's architecture table. Mistral and Mixtral files say

@@ -87,6 +87,9 @@ pub enum QkNorm {
     PerHead,
     /// Over the whole projection (`attn_q_norm` [n_head * head_dim]; OLMo 2).
     Whole,
+    /// Over each head with each head's own weights (`attn_q_norm`
+    /// [head_dim, n_head]), when the file has them (StableLM 2 12B).
+    EachHeadOptional,
 }
 
 /// The RoPE of sliding-window layers.
@@ -124,6 +127,9 @@ pub struct ArchSpec {
     /// Biases on the attention output and the FFN's up and down projections,
     /// all required (StarCoder2, GPT-2).
     pub dense_biases: bool,
+    /// A layer without `ffn_norm` feeds the FFN the attention's normed
+    /// input (StableLM 2's parallel residual).
+    pub ffn_norm_optional: bool,
     /// Attention and FFN side by side on the same normed input, both added
     /// to the residual (Falcon; Falcon-40B's attention has its own
     /// `attn_norm_2`).
@@ -177,6 +183,7 @@ const LLAMA: ArchSpec = ArchSpec {
     out_bias: true,
     norm: Norm::Rms,
     dense_biases: false,
+    ffn_norm_optional: false,
     parallel_block: false,
     qk_norm: QkNorm::None,
     pre_norms: true,
@@ -303,6 +310,18 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         act: Activation::Gelu,
         experts: Experts::None,
         rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "stablelm",
+        rope: Rope::Neox,
+        out_bias: false,
+        norm: Norm::Layer,
+        qk_norm: QkNorm::EachHeadOptional,
+        ffn_norm_optional: true,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        output: OutputWeight::Own,
         ..LLAMA
     },
     ArchSpec {

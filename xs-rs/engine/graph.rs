@@ -125,16 +125,19 @@ impl Blueprint<'_> {
                 inp_l = b.parallel_layer(inp_l, layer, segments, &seg_inputs, pos, rows, il);
                 continue;
             }
-            let cur = match layer.attn_norm {
+            let mut attn_in = match layer.attn_norm {
                 Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
                 None => inp_l,
             };
-            let mut cur = b.attention(cur, &layer.attn, segments, &seg_inputs, pos, il);
+            let mut cur = b.attention(attn_in, &layer.attn, segments, &seg_inputs, pos, il);
             let mut residual = inp_l;
             if last {
                 // only the output rows go on past attention (llama.cpp's inp_out_ids)
                 cur = g.get_rows(cur, out_ids);
                 residual = g.get_rows(residual, out_ids);
+                if self.spec.ffn_norm_optional {
+                    attn_in = g.get_rows(attn_in, out_ids);
+                }
             }
             if let Some(post) = layer.attn_post_norm {
                 cur = b.norm(cur, Some(post), "attn_post_norm", Some(il));
@@ -146,6 +149,8 @@ impl Blueprint<'_> {
             name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
             let cur = match layer.ffn_norm {
                 Some(w) => b.norm_biased(ffn_inp, Some(w), layer.ffn_norm_b, "ffn_norm", Some(il)),
+                // StableLM 2's parallel residual: the FFN reads the attention's input
+                None if self.spec.ffn_norm_optional => attn_in,
                 None => ffn_inp,
             };
             let mut cur = match &layer.ffn {
@@ -315,13 +320,14 @@ impl Builder<'_, '_> {
                 }
             }
         };
-        let per_head = spec.qk_norm == QkNorm::PerHead;
-        if per_head {
-            q = self.norm(q, w.q_norm, "Qcur_normed", Some(il));
+        // per-head norms (required for PerHead rows, so present then)
+        let per_head = matches!(spec.qk_norm, QkNorm::PerHead | QkNorm::EachHeadOptional);
+        if let (true, Some(qn)) = (per_head, w.q_norm) {
+            q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
         }
         q = self.rope(q, pos, il);
-        if per_head {
-            k = self.norm(k, w.k_norm, "Kcur_normed", Some(il));
+        if let (true, Some(kn)) = (per_head, w.k_norm) {
+            k = self.norm(k, Some(kn), "Kcur_normed", Some(il));
         }
         k = self.rope(k, pos, il);
         name(q, "Qcur", Some(il));

@@ -468,10 +468,12 @@ impl ModelWeights {
             };
             // a parallel block's FFN reads the attention's norm: no ffn_norm
             let ffn_norm = spec.pre_norms && !spec.parallel_block;
+            // StableLM: ffn_norm and its bias come together or not at all
+            let ffn_norm_required = !spec.ffn_norm_optional;
             let norm_biases = if layer_norm && spec.pre_norms {
                 [
                     ld.want(AttnNorm, l, "bias", true, &[n_embd])?,
-                    if ffn_norm { ld.want(FfnNorm, l, "bias", true, &[n_embd])? } else { None },
+                    if ffn_norm { ld.want(FfnNorm, l, "bias", ffn_norm_required, &[n_embd])? } else { None },
                 ]
             } else {
                 [None; 2]
@@ -490,18 +492,20 @@ impl ModelWeights {
                     QkNorm::None => None,
                     QkNorm::PerHead => ld.want(AttnQNorm, l, "weight", true, &[hd])?,
                     QkNorm::Whole => ld.want(AttnQNorm, l, "weight", true, &[q_dim])?,
+                    QkNorm::EachHeadOptional => ld.want(AttnQNorm, l, "weight", false, &[hd, hp.n_head as i64])?,
                 },
                 k_norm: match spec.qk_norm {
                     QkNorm::None => None,
                     QkNorm::PerHead => ld.want(AttnKNorm, l, "weight", true, &[hd])?,
                     QkNorm::Whole => ld.want(AttnKNorm, l, "weight", true, &[k_dim])?,
+                    QkNorm::EachHeadOptional => ld.want(AttnKNorm, l, "weight", false, &[hd, hp.n_head_kv as i64])?,
                 },
                 attn_post_norm: if spec.post_norms {
                     ld.want(AttnPostNorm, l, "weight", true, &[n_embd])?
                 } else {
                     None
                 },
-                ffn_norm: if ffn_norm { ld.want(FfnNorm, l, "weight", true, &[n_embd])? } else { None },
+                ffn_norm: if ffn_norm { ld.want(FfnNorm, l, "weight", ffn_norm_required, &[n_embd])? } else { None },
                 ffn,
                 ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
             });
