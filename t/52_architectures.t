@@ -69,6 +69,7 @@ like($@, qr/'mamba' is not supported \(supported: llama, .*\bqwen3moe\b.*\bfalco
 # Learned positions end at the training context.
 my $gpt2 = Lugh::Model->new(model => $models->{gpt2});
 eval { Lugh::Inference->new(model => $gpt2, n_threads => 1, n_ctx => 513) };
-like($@, qr/n_ctx 513 is more than the 512 positions this model learned \(architecture gpt2/, 'gpt2: n_ctx past its positions croaks');
+like($@, qr/n_ctx 513 is more than the 512 positions that '\Q$models->{gpt2}\E' learned \(architecture gpt2/,
+    'gpt2: n_ctx past its positions croaks, naming the file');
 
 done_testing;

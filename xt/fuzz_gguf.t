@@ -3,7 +3,7 @@
 # and shapes (resizing their data so the file stays consistent), counts,
 # key types and values, array lengths and names, in the tiny synthetic
 # models and, when fetched, the test models and vocab files. Each variant
-# runs in a forked child with a 10 s alarm: load the model, build its
+# runs in a forked child with a 10 s CPU-time limit (60 s of wall clock): load the model, build its
 # tokenizer, make an Inference (1 thread, n_ctx 32) and run a 3-token
 # forward. A croak that names the file, or success, is fine; a signal, an
 # abort or a timeout (twice in a row, so that a loaded machine is not taken
@@ -98,6 +98,18 @@ sub exercise {
     close $out;
 }
 
+# Sets this process's CPU-time limit (RLIMIT_CPU) to $seconds through the
+# setrlimit system call on Linux x86_64/aarch64; false where it cannot.
+sub cpu_limit {
+    my ($seconds) = @_;
+    return 0 unless $^O eq 'linux';
+    my %setrlimit = (x86_64 => 160, aarch64 => 164);
+    my ($machine) = (POSIX::uname())[4];
+    my $nr = $setrlimit{$machine} or return 0;
+    my $limits = pack 'QQ', $seconds, $seconds + 1;    # soft: SIGXCPU; hard: SIGKILL
+    return syscall($nr, 0, $limits) == 0;              # 0: RLIMIT_CPU
+}
+
 # Runs one variant in a child; returns (class, detail).
 sub run_variant {
     my ($path, $kind) = @_;
@@ -105,24 +117,30 @@ sub run_variant {
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         close $r;
-        alarm $timeout;    # the default action ends the child: a hang shows as SIGALRM
+        # The limit is CPU time where the kernel can enforce it (SIGXCPU), so
+        # that a loaded machine is not taken for a hang; a wall-clock alarm
+        # of six times that catches a child blocked without using the CPU.
+        # The default actions of both signals end the child.
+        if (cpu_limit($timeout)) { alarm 6 * $timeout }
+        else { alarm $timeout }
         exercise($path, $kind, $w);
         POSIX::_exit(0);
     }
     close $w;
     my $line = do { local $/; <$r> } // '';
     close $r;
-    my $deadline = time + $timeout + 5;
+    my $deadline = time + 6 * $timeout + 5;
     my $got;
     while (!($got = waitpid $pid, WNOHANG)) {
-        if (time > $deadline) { kill 'KILL', $pid; waitpid $pid, 0; return ('timeout', 'killed after ' . ($timeout + 5) . ' s') }
+        if (time > $deadline) { kill 'KILL', $pid; waitpid $pid, 0; return ('timeout', 'killed after ' . (6 * $timeout + 5) . ' s') }
         sleep 0.01;
     }
     my $status = $?;
     if ($status & 127) {
         my $sig = $status & 127;
-        my %name = (6 => 'SIGABRT', 11 => 'SIGSEGV', 14 => 'SIGALRM (timeout)', 7 => 'SIGBUS', 8 => 'SIGFPE', 4 => 'SIGILL', 9 => 'SIGKILL');
-        return ($sig == 14 ? 'timeout' : 'signal', $name{$sig} // "signal $sig");
+        my %name = (6 => 'SIGABRT', 11 => 'SIGSEGV', 14 => 'SIGALRM (timeout)', 24 => 'SIGXCPU (timeout)', 7 => 'SIGBUS',
+            8 => 'SIGFPE', 4 => 'SIGILL', 9 => 'SIGKILL');
+        return ($sig == 14 || $sig == 24 ? 'timeout' : 'signal', $name{$sig} // "signal $sig");
     }
     return ('exit', "exit status " . ($status >> 8) . ($line ? ": $line" : '')) if $status >> 8;
     return ('croak', $1) if $line =~ /^croak (.*)/s;

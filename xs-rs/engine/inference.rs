@@ -153,8 +153,10 @@ impl Inference {
         };
         if spec.rope == arch::Rope::None && n_ctx > hp.n_ctx_train {
             return Err(Error::Argument(format!(
-                "n_ctx {n_ctx} is more than the {} positions this model learned (architecture {}, context_length)",
-                hp.n_ctx_train, spec.name
+                "n_ctx {n_ctx} is more than the {} positions that '{}' learned (architecture {}, context_length)",
+                hp.n_ctx_train,
+                model.path().display(),
+                spec.name
             )));
         }
         let n_batch = match options.n_batch {
