@@ -23,7 +23,40 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let ggml = ggml_source_dir();
     build_ggml(&ggml, &out);
+    check_ggml_layouts(&ggml, &out);
     build_perl_shim();
+}
+
+/// vendor/ggml/layout.txt, checked on both sides: a C file of
+/// `_Static_assert`s compiled against ggml's headers, and a Rust file of
+/// const asserts that ggml_sys.rs includes (64-bit targets; elsewhere the
+/// Rust file is empty).
+fn check_ggml_layouts(ggml: &Path, out: &Path) {
+    println!("cargo:rerun-if-changed=vendor/ggml/layout.txt");
+    let list = std::fs::read_to_string("vendor/ggml/layout.txt").expect("vendor/ggml/layout.txt");
+    let wide = env::var("CARGO_CFG_TARGET_POINTER_WIDTH").as_deref() == Ok("64");
+    let mut c = String::from("#include <stddef.h>\n#include \"ggml.h\"\n#include \"ggml-cpu.h\"\n");
+    let mut rust = String::new();
+    for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let [name, field, value] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+            panic!("vendor/ggml/layout.txt: bad line '{line}'");
+        };
+        let (c_expr, rust_expr) = if field == "size" {
+            (format!("sizeof(struct {name})"), format!("std::mem::size_of::<{name}>()"))
+        } else {
+            // `type` is a Rust keyword: the Rust field is `type_`.
+            let rust_field = if field == "type" { "type_" } else { field };
+            (format!("offsetof(struct {name}, {field})"), format!("std::mem::offset_of!({name}, {rust_field})"))
+        };
+        c += &format!("_Static_assert({c_expr} == {value}, \"ggml changed: {name} {field} is not {value}\");\n");
+        rust += &format!("const _: () = assert!({rust_expr} == {value}, \"{name} {field} is not {value}\");\n");
+    }
+    std::fs::write(out.join("ggml_layout.rs"), if wide { rust.as_str() } else { "" }).unwrap();
+    if wide {
+        let file = out.join("ggml_layout.c");
+        std::fs::write(&file, c).unwrap();
+        cc::Build::new().file(&file).include(ggml.join("include")).warnings(false).compile("lugh_ggml_layout");
+    }
 }
 
 /// Where the pinned ggml tree is: `$LUGH_GGML_DIR` if set (for offline

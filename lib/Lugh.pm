@@ -2,7 +2,6 @@ package Lugh;
 
 use strict;
 use warnings;
-use Carp ();
 
 our $VERSION = '0.20';
 
@@ -65,9 +64,34 @@ sub cpu_features {
     return \%cpu;
 }
 
+sub backend_count {
+    Lugh::_croak('Usage: Lugh::backend_count()') if @_;
+    return scalar(my @all = available_backends());
+}
+
+sub backend_device_count {
+    Lugh::_croak('Usage: Lugh::backend_device_count()') if @_;
+    my $count = 0;
+    $count += backend_info($_)->{device_count} for available_backends();
+    return $count;
+}
+
+# ggml registers its Metal backend as "MTL" (older builds: "Metal").
+my $METAL = qr/\A(?:MTL|Metal)\z/i;
+
+sub has_metal {
+    Lugh::_croak('Usage: Lugh::has_metal()') if @_;
+    return (grep { $_ =~ $METAL } _registered_backends()) ? 1 : 0;
+}
+
+sub metal_available {
+    Lugh::_croak('Usage: Lugh::metal_available()') if @_;
+    return (grep { $_ =~ $METAL } available_backends()) ? 1 : 0;
+}
+
 sub backend_info {
     my ($name) = @_;
-    Carp::croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
+    Lugh::_croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
     my %info = _backend_info($name);
     return undef unless %info;
     $info{kernel_variant} = cpu_features()->{variant} if $info{name} eq 'CPU';
@@ -130,6 +154,32 @@ C<< Lugh::Inference->new >>, naming it and listing these.
 
 The names of the ggml compute backends compiled into this build that have at
 least one usable device now. Read from ggml's backend registry.
+
+=head2 backend_count
+
+    printf "%d backend(s)\n", Lugh::backend_count();    # 1 (the CPU)
+
+The number of available backends (those L</available_backends> lists).
+
+=head2 backend_device_count
+
+    printf "%d device(s)\n", Lugh::backend_device_count();
+
+The number of usable devices over all available backends (the CPU counts as
+one).
+
+=head2 has_metal
+
+    print Lugh::has_metal() ? "built with Metal\n" : "no Metal\n";
+
+True when this build of Lugh has ggml's Metal backend compiled in (Apple
+GPUs), whether or not a Metal device is present.
+
+=head2 metal_available
+
+    my $backend = Lugh::metal_available() ? 'MTL' : 'CPU';
+
+True when the Metal backend is compiled in and has a usable device.
 
 =head2 backend_available
 

@@ -2,6 +2,10 @@ package Lugh::Chat;
 
 use strict;
 use warnings;
+
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
 use Scalar::Util ();
 
 our $VERSION = '0.20';

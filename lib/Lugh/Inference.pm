@@ -2,6 +2,10 @@ package Lugh::Inference;
 
 use strict;
 use warnings;
+
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
 use Scalar::Util ();
 
 our $VERSION = '0.20';
@@ -61,8 +65,8 @@ sub new {
     return _new($class, $opt{model}, $backend, $opt{n_threads}, $opt{n_ctx}, $flash_code, $opt{n_batch});
 }
 
-# Settings, all answered by one XS sub.
-for my $name (qw(backend n_threads n_ctx n_batch flash_attn n_vocab n_layer)) {
+# Settings and hyperparameters: one accessor per name in the engine's table.
+for my $name (_setting_names()) {
     no strict 'refs';
     *{$name} = sub {
         Lugh::_croak("Usage: \$inference->$name") unless @_ == 1;
@@ -300,9 +304,16 @@ the number used.
 The settings in effect, defaults resolved (C<flash_attn> is 1 or 0 even when
 C<'auto'> was asked for).
 
-=head2 n_vocab, n_layer
+=head2 n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, n_ctx_train, rope_freq_base, norm_eps, architecture
 
     print $inference->n_vocab, "\n";    # 49152 for SmolLM2
+    printf "%d layers, %d wide, %d heads (%d for K/V) of %d\n", $inference->n_layer,
+        $inference->n_embd, $inference->n_head, $inference->n_head_kv, $inference->head_dim;
+
+The hyperparameters the session runs the model with, as the engine resolved
+them (defaults filled in: C<n_head_kv> is C<n_head> when the file has none,
+C<head_dim> is C<n_embd / n_head> unless the file gives C<key_length>).
+C<architecture> is the row of L<Lugh/supported_architectures> in use.
 
 =head2 model
 

@@ -3,6 +3,10 @@ package Lugh::KVCache;
 use strict;
 use warnings;
 
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
+
 our $VERSION = '0.20';
 
 # Counts, all answered by one XS sub.
@@ -14,8 +18,16 @@ for my $name (qw(n_cached n_ctx n_layer)) {
     };
 }
 
+my %SHAPE = map { $_ => undef } qw(n_layer n_ctx n_head_kv head_dim);
+
 sub new {
-    Lugh::_croak('Lugh::KVCache->new: make caches with $inference->create_kv_cache');
+    my ($class, @args) = @_;
+    my %opt = Lugh::_options('Lugh::KVCache->new', \%SHAPE, @args);
+    for my $name (qw(n_layer n_ctx n_head_kv head_dim)) {
+        Lugh::_croak("Lugh::KVCache->new: missing $name (or make the cache with \$inference->create_kv_cache)")
+            unless defined $opt{$name};
+    }
+    return _new($class, @opt{qw(n_layer n_ctx n_head_kv head_dim)});
 }
 
 # Objects hold native state that must not be copied into a new thread.
@@ -100,7 +112,16 @@ position C<$n>. C<$n> must not exceed C<n_cached>.
 
 =head2 new
 
-Croaks: caches are made with C<< $inference->create_kv_cache >>, which knows
-the model's shapes.
+    my $cache = Lugh::KVCache->new(n_layer => 30, n_ctx => 512, n_head_kv => 3, head_dim => 64);
+    my @logits = $inference->forward(tokens => [504, 3575, 282], cache => $cache);
+
+A cache made from its shape rather than by a session (all four options are
+required): C<n_layer> layers of C<n_ctx> positions, each holding
+C<n_head_kv> heads of C<head_dim> keys and values (f16, in CPU memory). The
+first session that uses it adopts it: the shape must be that session's
+(C<< $inference->n_layer >>, C<n_ctx>, C<n_head_kv>, C<head_dim>), else that
+use croaks naming both shapes; the cache is then laid out on that session's
+device and belongs to it, like one from C<create_kv_cache>. Usually
+C<< $inference->create_kv_cache >> is simpler: it knows the shape.
 
 =cut

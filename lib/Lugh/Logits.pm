@@ -3,6 +3,10 @@ package Lugh::Logits;
 use strict;
 use warnings;
 
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
+
 our $VERSION = '0.20';
 
 sub softmax {

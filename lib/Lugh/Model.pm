@@ -3,19 +3,27 @@ package Lugh::Model;
 use strict;
 use warnings;
 
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
+
 our $VERSION = '0.20';
 
-my %DEFAULTS = (model => undef, use_mmap => 1);
-my %ALIASES  = (file => 'model', path => 'model');
+my %DEFAULTS = (model => undef, use_mmap => 1, prefetch => 0);
+# Other names for options (Lugh 0.12 called use_mmap "mmap").
+my %ALIASES = (file => 'model', path => 'model', mmap => 'use_mmap');
 
 sub new {
     my ($class, @args) = @_;
     Lugh::_croak('Lugh::Model->new: arguments must be name => value pairs') if @args % 2;
     my %args = @args;
-    for my $alias (keys %ALIASES) {
+    for my $alias (sort keys %ALIASES) {
         next unless exists $args{$alias};
         my $name = $ALIASES{$alias};
-        Lugh::_croak("Lugh::Model->new: give only one of model, file and path") if exists $args{$name};
+        if (exists $args{$name}) {
+            my @same = sort grep { $ALIASES{$_} eq $name } keys %ALIASES;
+            Lugh::_croak("Lugh::Model->new: give only one of " . join(', ', $name, @same));
+        }
         $args{$name} = delete $args{$alias};
     }
     if (my @unknown = grep { !exists $DEFAULTS{$_} } sort keys %args) {
@@ -25,8 +33,14 @@ sub new {
     my %opt = (%DEFAULTS, %args);
     Lugh::_croak('Lugh::Model->new: missing model => $path (the GGUF file to load)')
         unless defined $opt{model} && length $opt{model};
-    return _open($class, $opt{model}, $opt{use_mmap} ? 1 : 0);
+    Lugh::_croak('Lugh::Model->new: prefetch reads the mapping in ahead, so it needs use_mmap => 1')
+        if $opt{prefetch} && !$opt{use_mmap};
+    return _open($class, $opt{model}, $opt{use_mmap} ? 1 : 0, $opt{prefetch} ? 1 : 0);
 }
+
+# Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows
+# file mappings).
+sub mmap_supported { return 1 }
 
 # Hyperparameters and architecture facts, all answered by one XS sub.
 for my $name (qw(n_layer n_embd n_head n_head_kv n_ff n_ctx_train n_vocab rope_freq_base norm_eps
@@ -78,10 +92,14 @@ threads (C<CLONE_SKIP>).
 
 =head2 new
 
-    my $model = Lugh::Model->new(model => $path, use_mmap => 1);
+    my $model = Lugh::Model->new(model => $path, use_mmap => 1, prefetch => 0);
 
 C<model> (or its aliases C<file> and C<path>) is the GGUF file. C<use_mmap>
-(default 1) maps the file instead of reading the weights into memory. Croaks
+(alias C<mmap>; default 1) maps the file instead of reading the weights into
+memory. C<prefetch> (default 0; needs C<use_mmap>) reads the whole mapping in
+at load time, as llama.cpp's prefetch does, instead of page by page as the
+first forward pass touches it: loading takes longer, the first tokens come
+sooner, and a file on a slow disk is read in one sequential pass. Croaks
 on a missing argument, an unknown option, a missing or unreadable file, a file
 that is not GGUF, a truncated or corrupt file, and an unsupported GGUF
 version; the message names the path.
@@ -181,6 +199,20 @@ the most common weight type).
 =head2 use_mmap
 
     print $model->use_mmap ? "mapped\n" : "read\n";
+
+=head2 mmap_size
+
+    printf "%.1f MB mapped\n", $model->mmap_size / 1e6;
+
+The number of bytes of the file mapped into memory: the file's size when
+loaded with C<use_mmap>, 0 when it was read instead.
+
+=head2 mmap_supported
+
+    my $model = Lugh::Model->new(model => $path, use_mmap => Lugh::Model->mmap_supported);
+
+A class method: true where models can be memory-mapped (every system Lugh
+builds on).
 
 =head2 n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx_train, n_vocab, rope_freq_base, norm_eps
 

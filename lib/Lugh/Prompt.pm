@@ -2,6 +2,10 @@ package Lugh::Prompt;
 
 use strict;
 use warnings;
+
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
 use Scalar::Util ();
 use JSON::PP ();
 

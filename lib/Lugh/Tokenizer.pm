@@ -3,6 +3,10 @@ package Lugh::Tokenizer;
 use strict;
 use warnings;
 
+# The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
+# that `use Lugh::Model;` alone works too.
+require Lugh;
+
 our $VERSION = '0.20';
 
 my %NEW_DEFAULTS    = (model => undef);

@@ -94,6 +94,14 @@ pub fn available() -> Vec<BackendInfo> {
         .collect()
 }
 
+/// The names of every backend compiled in, with or without a usable device.
+pub fn registered() -> Vec<String> {
+    init_logging();
+    // SAFETY: as in available().
+    let count = unsafe { sys::ggml_backend_reg_count() };
+    (0..count).map(|i| unsafe { sys::c_str(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i))) }).collect()
+}
+
 /// The backend called `name` (case-insensitive), if available.
 pub fn find(name: &str) -> Option<BackendInfo> {
     available().into_iter().find(|b| b.name.eq_ignore_ascii_case(name))

@@ -6,7 +6,7 @@ use super::ggml_ops::{Ctx, GraphCtx, Tensor};
 use super::ggml_sys::{
     self as sys, ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_tensor,
 };
-use super::ggml_sys::{ggml_backend_reg_t, ggml_backend_t, ggml_cgraph, ggml_context};
+use super::ggml_sys::{ggml_backend_reg_t, ggml_backend_t, ggml_cgraph, ggml_context, ggml_threadpool_params};
 use std::ffi::{c_char, c_int, c_void};
 
 type ggml_gallocr_t = *mut c_void;
@@ -15,17 +15,6 @@ type ggml_backend_dev_get_extra_bufts_t =
 type ggml_backend_set_n_threads_t = unsafe extern "C" fn(backend: ggml_backend_t, n_threads: c_int);
 
 type ggml_threadpool_t = *mut c_void;
-
-/// ggml.h's struct ggml_threadpool_params (GGML_MAX_N_THREADS is 512).
-#[repr(C)]
-struct ggml_threadpool_params {
-    cpumask: [bool; 512],
-    n_threads: c_int,
-    prio: c_int,
-    poll: u32,
-    strict_cpu: bool,
-    paused: bool,
-}
 
 const GGML_BACKEND_BUFFER_USAGE_WEIGHTS: c_int = 1;
 const GGML_STATUS_SUCCESS: c_int = 0;
@@ -67,7 +56,7 @@ extern "C" {
 }
 
 /// A compute device of the registry (not owned: devices live for the process).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Device(ggml_backend_dev_t);
 
 // SAFETY: devices are process-wide registry entries, immutable after init.

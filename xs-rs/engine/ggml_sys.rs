@@ -59,6 +59,20 @@ pub type ggml_backend_buffer_t = *mut c_void;
 pub type ggml_backend_buffer_type_t = *mut c_void;
 pub type ggml_abort_callback_t = unsafe extern "C" fn(message: *const c_char);
 
+/// ggml.h's struct ggml_threadpool_params (GGML_MAX_N_THREADS is 512).
+#[repr(C)]
+pub struct ggml_threadpool_params {
+    pub cpumask: [bool; 512],
+    pub n_threads: c_int,
+    pub prio: c_int,
+    pub poll: u32,
+    pub strict_cpu: bool,
+    pub paused: bool,
+}
+
+// The layouts above, checked against ggml's headers (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/ggml_layout.rs"));
+
 /// `struct ggml_type_traits_cpu` (ggml-cpu.h, 0.26.0).
 #[repr(C)]
 pub struct ggml_type_traits_cpu {

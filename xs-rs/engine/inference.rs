@@ -66,7 +66,7 @@ pub struct Inference {
     default_pool: Mutex<Option<ComputePool>>,
     profile: Mutex<Profile>,
     compute_buft: BufferType,
-    weights: ModelWeights,
+    weights: Arc<ModelWeights>,
     backend: Mutex<Backend>,
     device: Device,
     backend_name: String,
@@ -173,7 +173,7 @@ impl Inference {
             .init_backend()
             .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
         backend.set_n_threads(n_threads);
-        let weights = ModelWeights::load(&model, spec, &hp, device)?;
+        let weights = model.weights_on(device, || ModelWeights::load(&model, spec, &hp, device))?;
         let compute_buft = backend.default_buffer_type();
         Ok(Inference {
             default_pool: Mutex::new(None),
@@ -223,6 +223,11 @@ impl Inference {
     }
     pub fn hparams(&self) -> &HParams {
         &self.hp
+    }
+    /// Which placed copy of the model's weights this session uses (the same
+    /// for every session of a model on one device).
+    pub fn weights_id(&self) -> usize {
+        Arc::as_ptr(&self.weights) as usize
     }
     /// (buffer type, bytes) of each weights buffer, e.g. ("CPU_REPACK", ...).
     pub fn weight_placement(&self) -> &[(String, usize)] {

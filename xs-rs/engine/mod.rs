@@ -15,6 +15,7 @@ pub mod gguf;
 pub mod graph;
 pub mod inference;
 pub mod kv_cache;
+pub mod live;
 pub mod logits;
 pub mod model;
 pub mod profile;

@@ -1,14 +1,16 @@
 //! A loaded GGUF model: its header, the mapped (or readable) tensor data, and
 //! the facts derived from them. Immutable after load and shared through `Arc`
 //! by everything built on it (tokenizer, inference sessions).
+use super::ggml_runtime::Device;
 use super::gguf::{Gguf, TensorInfo, Value};
 use super::tokenizer::Vocab;
+use super::weights::ModelWeights;
 use super::{ggml_sys as sys, Error, Result};
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapOptions};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 pub struct Model {
     pub gguf: Gguf,
@@ -16,6 +18,10 @@ pub struct Model {
     mmap: Option<Mmap>,
     /// The tokenizer vocabulary, built on first use and shared.
     vocab: OnceLock<Arc<Vocab>>,
+    /// The weights placed on each device, shared by every session there
+    /// (as llama.cpp's contexts share one llama_model); dropped with the last.
+    placed: Mutex<Vec<(Device, Weak<ModelWeights>)>>,
+    _live: super::live::Live,
 }
 
 impl std::fmt::Debug for Model {
@@ -28,6 +34,14 @@ impl Model {
     /// Opens `path`; with `use_mmap` the file is mapped so that weights are
     /// used in place, without a second copy.
     pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
+        Model::open_with(path, use_mmap, false)
+    }
+
+    /// `open`, and with `prefetch` (and `use_mmap`) the whole mapping is read
+    /// in at once (MAP_POPULATE where the system has it, and a will-need
+    /// advice), as llama.cpp's prefetch does, instead of page by page at
+    /// first use.
+    pub fn open_with(path: &Path, use_mmap: bool, prefetch: bool) -> Result<Model> {
         super::backend::init_logging();
         let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
         // Opening a FIFO blocks until a writer comes, and a device can be
@@ -40,7 +54,13 @@ impl Model {
         if !use_mmap {
             let gguf = Gguf::open(path)?;
             check_metadata(&gguf)?;
-            return Ok(Model { gguf, mmap: None, vocab: OnceLock::new() });
+            return Ok(Model {
+                gguf,
+                mmap: None,
+                vocab: OnceLock::new(),
+                placed: Mutex::default(),
+                _live: super::live::Live::new(),
+            });
         }
         let file = File::open(path).map_err(io_err)?;
         if !file.metadata().map_err(io_err)?.is_file() {
@@ -49,10 +69,25 @@ impl Model {
         }
         // SAFETY: the mapping is read-only; like llama.cpp we assume the file
         // is not truncated by another process while the model is loaded.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
+        let mut options = MmapOptions::new();
+        if prefetch {
+            options.populate();
+        }
+        let mmap = unsafe { options.map(&file) }.map_err(io_err)?;
+        #[cfg(unix)]
+        if prefetch {
+            // Advice only: a kernel that declines it changes nothing.
+            let _ = mmap.advise(memmap2::Advice::WillNeed);
+        }
         let gguf = Gguf::parse_bytes(path, &mmap)?;
         check_metadata(&gguf)?;
-        Ok(Model { gguf, mmap: Some(mmap), vocab: OnceLock::new() })
+        Ok(Model {
+            gguf,
+            mmap: Some(mmap),
+            vocab: OnceLock::new(),
+            placed: Mutex::default(),
+            _live: super::live::Live::new(),
+        })
     }
 
     /// The model's tokenizer vocabulary, built once and then shared by every
@@ -66,12 +101,35 @@ impl Model {
         Ok(self.vocab.get_or_init(|| built).clone())
     }
 
+    /// The weights on `device`: those a live session placed there, or
+    /// `place()`d now. The lock is held while placing, so two sessions
+    /// created at once place them once.
+    pub fn weights_on(
+        &self,
+        device: Device,
+        place: impl FnOnce() -> Result<ModelWeights>,
+    ) -> Result<Arc<ModelWeights>> {
+        let mut placed = self.placed.lock().unwrap_or_else(|e| e.into_inner());
+        placed.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(weights) = placed.iter().find(|(d, _)| *d == device).and_then(|(_, w)| w.upgrade()) {
+            return Ok(weights);
+        }
+        let weights = Arc::new(place()?);
+        placed.push((device, Arc::downgrade(&weights)));
+        Ok(weights)
+    }
+
     pub fn path(&self) -> &PathBuf {
         &self.gguf.path
     }
 
     pub fn uses_mmap(&self) -> bool {
         self.mmap.is_some()
+    }
+
+    /// Bytes of the file mapped (0 when it was read instead).
+    pub fn mapped_bytes(&self) -> usize {
+        self.mmap.as_ref().map_or(0, |m| m.len())
     }
 
     /// The tensor's bytes in the mapping (None when not mapped).

@@ -447,6 +447,16 @@ impl Sampler {
         }
         let o = &self.options;
         let greedy = o.greedy || o.temperature <= 0.0;
+        if logits.contains(&f32::INFINITY) {
+            // The softmax's limit: the +inf tokens share all the probability
+            // (the chain would compute inf - inf = NaN).
+            let winners: Vec<usize> = (0..logits.len()).filter(|&i| logits[i] == f32::INFINITY).collect();
+            let pick = if greedy { 0 } else { (self.rng.next_f64() * winners.len() as f64) as usize };
+            return Ok(winners[pick.min(winners.len() - 1)] as i32);
+        }
+        if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+            return Err(Error::Argument("every logit is -inf: there is no token to draw".into()));
+        }
         let no_penalties = o.repeat_penalty == 1.0 && o.presence_penalty == 0.0 && o.frequency_penalty == 0.0;
         if greedy && no_penalties {
             // the chain would change nothing: the first largest logit, without
@@ -509,6 +519,21 @@ mod tests {
         let mut r = Rng::new(7);
         let mean: f64 = (0..100_000).map(|_| r.next_f64()).sum::<f64>() / 100_000.0;
         assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn infinite_logits_win_and_all_minus_infinity_is_an_error() {
+        let inf = f32::INFINITY;
+        for seed in 0..20 {
+            let mut s = Sampler::new(SamplerOptions { seed: Some(seed), ..SamplerOptions::default() }).unwrap();
+            assert_eq!(s.sample(&[1.0, inf, 3.0], &[]).unwrap(), 1);
+            let id = s.sample(&[inf, 0.0, inf], &[]).unwrap();
+            assert!(id == 0 || id == 2);
+        }
+        let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
+        assert_eq!(s.sample(&[1.0, 2.0, inf], &[1, 2]).unwrap(), 2);
+        assert!(s.sample(&[-inf, -inf], &[]).is_err());
+        assert_eq!(s.sample(&[-inf, 0.5], &[]).unwrap(), 1);
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //! into the same session): scratch caches and the session's default pool are
 //! taken out of their slots for the duration of a call and put back afterwards.
 use super::generate::{self, CachedSession, GenerateOptions, Generation, Step, TokenText};
+use super::ggml_runtime::Device;
 use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
+use super::kv_cache::{CacheLayout, KV_PAD};
 use super::model::Model;
 use super::{Error, Result};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Scratch caches kept for later calls (each holds n_ctx positions of K/V).
 const MAX_SCRATCH_CACHES: usize = 4;
@@ -24,14 +26,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Session {
     pub engine: Inference,
     scratch_caches: Mutex<Vec<KvCache>>,
+    _live: super::live::Live,
 }
 
 /// A KV cache of one session (Lugh::KVCache). The slot is empty only while a
-/// batched forward has moved the cache out, or after a panic in one.
+/// batched forward has moved the cache out, or after a panic in one. A
+/// standalone cache (made from its shape, not by a session) belongs to the
+/// first session that uses it.
 pub struct CacheHandle {
-    session: Arc<Session>,
+    session: OnceLock<Arc<Session>>,
     cache: Mutex<Option<KvCache>>,
 }
+
+/// The shape of a standalone cache (`Lugh::KVCache->new`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheShape {
+    pub n_layer: usize,
+    pub n_ctx: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+}
+
+/// Limits on a standalone cache's shape (beyond any model's).
+const MAX_LAYERS: usize = 4096;
+const MAX_HEADS: usize = 4096;
+const MAX_HEAD_DIM: usize = 8192;
 
 /// A compute pool of one session (Lugh::MemoryPool).
 pub struct PoolHandle {
@@ -43,12 +62,41 @@ const LOST: &str = "this KV cache is in use by a generate call running on it (or
 const BUSY: &str = "this KV cache is already in use by a generate call running on it";
 
 impl CacheHandle {
+    /// A cache of the given shape on the CPU, not yet tied to a session.
+    pub fn standalone(shape: CacheShape) -> Result<CacheHandle> {
+        for (what, v, max) in [
+            ("n_layer", shape.n_layer, MAX_LAYERS),
+            ("n_ctx", shape.n_ctx, super::inference::MAX_CTX),
+            ("n_head_kv", shape.n_head_kv, MAX_HEADS),
+            ("head_dim", shape.head_dim, MAX_HEAD_DIM),
+        ] {
+            if v == 0 || v > max {
+                return Err(Error::Argument(format!("{what} must be an integer in [1, {max}], got {v}")));
+            }
+        }
+        let cpu = Device::by_backend_name("CPU").ok_or_else(|| Error::Backend("the CPU backend is missing".into()))?;
+        let n_embd_gqa = shape.n_head_kv * shape.head_dim;
+        let layout = CacheLayout {
+            n_layer: shape.n_layer,
+            n_embd_k_gqa: n_embd_gqa,
+            n_embd_v_gqa: n_embd_gqa,
+            head_dim_k: shape.head_dim,
+            head_dim_v: shape.head_dim,
+            n_head_kv: shape.n_head_kv,
+            kv_size: shape.n_ctx.div_ceil(KV_PAD) * KV_PAD,
+            v_trans: true,
+        };
+        let cache = KvCache::new(layout, shape.n_ctx, cpu.buffer_type())?;
+        Ok(CacheHandle { session: OnceLock::new(), cache: Mutex::new(Some(cache)) })
+    }
+
     /// Runs `f` on the cache.
     pub fn with<R>(&self, f: impl FnOnce(&mut KvCache) -> Result<R>) -> Result<R> {
         lock(&self.cache).as_mut().map_or_else(|| Err(Error::Argument(LOST.into())), f)
     }
-    pub fn session(&self) -> &Arc<Session> {
-        &self.session
+    /// The session it belongs to (None: a standalone cache not used yet).
+    pub fn session(&self) -> Option<&Arc<Session>> {
+        self.session.get()
     }
 }
 
@@ -63,11 +111,16 @@ impl PoolHandle {
 
 impl Session {
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
-        Ok(Session { engine: Inference::new(model, options)?, scratch_caches: Mutex::new(Vec::new()) })
+        Ok(Session {
+            engine: Inference::new(model, options)?,
+            scratch_caches: Mutex::new(Vec::new()),
+            _live: super::live::Live::new(),
+        })
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
-        Ok(CacheHandle { session: self.clone(), cache: Mutex::new(Some(self.engine.new_cache()?)) })
+        let session = OnceLock::from(self.clone());
+        Ok(CacheHandle { session, cache: Mutex::new(Some(self.engine.new_cache()?)) })
     }
 
     pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
@@ -80,6 +133,40 @@ impl Session {
         } else {
             Err(Error::Argument(format!("the {what} belongs to another Lugh::Inference object")))
         }
+    }
+
+    /// Checks that `cache` is this session's; a standalone cache of the
+    /// model's shape becomes this session's (re-made with its layout).
+    fn own_cache(self: &Arc<Self>, cache: &CacheHandle, what: &str) -> Result<()> {
+        if let Some(owner) = cache.session.get() {
+            return self.check_owner(owner, what);
+        }
+        let mut slot = lock(&cache.cache);
+        // Another thread may have bound it while we waited.
+        if let Some(owner) = cache.session.get() {
+            return self.check_owner(owner, what);
+        }
+        let kv = slot.as_ref().ok_or_else(|| Error::Argument(LOST.into()))?;
+        let mine = self.engine.new_cache()?;
+        let (have, want) = (kv.layout(), mine.layout());
+        let shape = |l: &CacheLayout, n_ctx: usize| {
+            format!("n_layer {}, n_ctx {n_ctx}, n_head_kv {}, head_dim {}", l.n_layer, l.n_head_kv, l.head_dim_k)
+        };
+        if have.n_layer != want.n_layer
+            || have.n_head_kv != want.n_head_kv
+            || have.head_dim_k != want.head_dim_k
+            || have.head_dim_v != want.head_dim_v
+            || kv.n_ctx() != mine.n_ctx()
+        {
+            return Err(Error::Argument(format!(
+                "the {what} has {}, but this session needs {}",
+                shape(have, kv.n_ctx()),
+                shape(want, mine.n_ctx())
+            )));
+        }
+        *slot = Some(mine);
+        let _ = cache.session.set(self.clone());
+        Ok(())
     }
 
     /// `n` empty caches for one call, from the scratch stack or new.
@@ -107,7 +194,7 @@ impl Session {
     /// A forward pass over `tokens`, appending to `cache` (or to a fresh
     /// scratch cache, so the call sees only these tokens).
     pub fn forward(
-        &self,
+        self: &Arc<Self>,
         tokens: &[i32],
         cache: Option<&CacheHandle>,
         pool: Option<&PoolHandle>,
@@ -120,7 +207,7 @@ impl Session {
         let pool_ref = pool_guard.as_deref_mut();
         match cache {
             Some(c) => {
-                self.check_owner(&c.session, "KV cache")?;
+                self.own_cache(c, "KV cache")?;
                 c.with(|kv| self.engine.forward(kv, tokens, output, pool_ref))
             }
             None => {
@@ -135,7 +222,7 @@ impl Session {
     /// Several sequences in one graph per step; with `caches`, each sequence
     /// appends to its own cache (one per sequence, no cache twice).
     pub fn forward_batch(
-        &self,
+        self: &Arc<Self>,
         sequences: &[Vec<i32>],
         caches: Option<&[Arc<CacheHandle>]>,
         pool: Option<&PoolHandle>,
@@ -152,7 +239,7 @@ impl Session {
             return result;
         };
         for (i, h) in handles.iter().enumerate() {
-            self.check_owner(&h.session, &format!("KV cache {i}"))?;
+            self.own_cache(h, &format!("KV cache {i}"))?;
             if let Some(j) = handles[..i].iter().position(|o| Arc::ptr_eq(o, h)) {
                 return Err(Error::Argument(format!("caches {j} and {i} are the same KV cache")));
             }
@@ -176,7 +263,7 @@ impl Session {
     /// cache. The cache is out of its slot while the callbacks run, so a
     /// callback that uses it gets an error rather than a deadlock.
     pub fn generate<E: From<Error>>(
-        &self,
+        self: &Arc<Self>,
         prompt: &[i32],
         cache: Option<&CacheHandle>,
         options: &GenerateOptions,
@@ -193,7 +280,7 @@ impl Session {
         };
         let mut kv = match cache {
             Some(c) => {
-                self.check_owner(&c.session, "KV cache")?;
+                self.own_cache(c, "KV cache")?;
                 lock(&c.cache).take().ok_or_else(|| Error::Argument(BUSY.into()))?
             }
             None => self.take_scratch(1)?.pop().expect("one cache"),

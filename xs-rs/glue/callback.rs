@@ -7,12 +7,37 @@ use super::Perl;
 pub fn call_callback(perl: Perl, cb: Sv, args: &[Sv]) -> Result<Sv, Sv> {
     let mut err = Sv(std::ptr::null_mut());
     // SAFETY: runs on the interpreter's own thread; the shim wraps call_sv in
-    // ENTER/SAVETMPS and G_EVAL, so perl never longjmps through this frame.
+    // ENTER/SAVETMPS, a null block and G_EVAL, so perl never longjmps through
+    // this frame.
     unsafe {
         let ret = ffi::lugh_call_sv(perl.0, cb, args.as_ptr(), args.len() as i32, &mut err);
         if !err.0.is_null() {
-            return Err(ffi::lugh_sv_mortal(perl.0, err));
+            return Err(loop_control_explained(perl, ffi::lugh_sv_mortal(perl.0, err)));
         }
         Ok(if ret.0.is_null() { perl.undef() } else { ffi::lugh_sv_mortal(perl.0, ret) })
+    }
+}
+
+/// `last`, `next` or `redo` in a callback meets the shim's null block and
+/// dies with perl's "Can't \"last\" outside a loop block"; say what happened
+/// and what to do instead.
+fn loop_control_explained(perl: Perl, err: Sv) -> Sv {
+    if perl.ref_kind(err) != 0 {
+        return err;
+    }
+    let text = perl.text(err);
+    let keyword = ["last", "next", "redo"].into_iter().find(|k| {
+        text.starts_with(&format!("Can't \"{k}\" outside a loop block"))
+            || text.starts_with(&format!("Label not found for \"{k} "))
+    });
+    match keyword {
+        Some(k) => {
+            let place = text.find(" at ").map_or("", |i| text[i..].trim_end().trim_end_matches('.'));
+            perl.str(&format!(
+                "'{k}' cannot leave a Lugh callback (it would jump over native code): return from the callback \
+                 instead (a true return value stops generation){place}.\n"
+            ))
+        }
+        None => err,
     }
 }

@@ -12,6 +12,39 @@ fn arg_error(what: &str, problem: String) -> Error {
 }
 
 impl Perl {
+    /// Err when reading a value since the last check ran perl code (a tied
+    /// FETCH, an overload) that died. The shim catches such a die instead of
+    /// letting it longjmp over Rust frames, and the read answers a neutral
+    /// value, so every conversion below ends with this check.
+    pub fn check(self, what: &str) -> Result<(), Error> {
+        match self.take_error() {
+            None => Ok(()),
+            Some(err) => {
+                let message = self.text(err);
+                // Stringifying an exception object may itself die: that is not news.
+                let _ = self.take_error();
+                let message = message.trim_end();
+                let message = if message.is_empty() { "an exception object" } else { message };
+                Err(arg_error(what, format!("died when read: {message}")))
+            }
+        }
+    }
+
+    /// The pending error a guarded read caught, if any (mortal).
+    pub fn take_error(self) -> Option<Sv> {
+        // SAFETY: empties this thread's slot; the SV returned is mortal.
+        let sv = unsafe { ffi::lugh_take_error(self.0) };
+        (!sv.0.is_null()).then_some(sv)
+    }
+
+    /// `convert()`, then the check for a read that died (which wins: the
+    /// value read was a neutral stand-in).
+    fn checked<T>(self, what: &str, convert: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+        let result = convert();
+        self.check(what)?;
+        result
+    }
+
     pub fn is_defined(self, sv: Sv) -> bool {
         // SAFETY: sv is a live SV from the stack or an array.
         unsafe { ffi::lugh_sv_ok(self.0, sv) != 0 }
@@ -52,94 +85,119 @@ impl Perl {
     /// are refused. The result borrows perl's buffer: use it before calling
     /// back into perl.
     pub fn utf8_text_arg(self, sv: Sv, what: &str) -> Result<std::borrow::Cow<'static, [u8]>, Error> {
-        use std::borrow::Cow;
-        if !self.is_defined(sv) {
-            return Err(arg_error(what, "is missing (undef)".into()));
-        }
-        if self.ref_kind(sv) != 0 {
-            return Err(arg_error(what, "must be a string, not a reference".into()));
-        }
-        let (bytes, utf8) = self.raw_str(sv);
-        let narrow: Cow<'static, [u8]> = if utf8 {
-            match perl_utf8_chars(bytes) {
-                Err(cpt) => return Err(arg_error(what, format!("has character U+{cpt:X}, beyond Unicode"))),
-                Ok(true) => return Ok(Cow::Borrowed(bytes)),
-                Ok(false) => Cow::Owned(latin1_of_utf8(bytes)),
+        self.checked(what, || {
+            use std::borrow::Cow;
+            if !self.is_defined(sv) {
+                return Err(arg_error(what, "is missing (undef)".into()));
             }
-        } else {
-            Cow::Borrowed(bytes)
-        };
-        if std::str::from_utf8(&narrow).is_ok() {
-            return Ok(narrow);
-        }
-        Ok(Cow::Owned(narrow.iter().flat_map(|&b| char::from(b).to_string().into_bytes()).collect()))
+            if self.ref_kind(sv) != 0 {
+                return Err(arg_error(what, "must be a string, not a reference".into()));
+            }
+            let (bytes, utf8) = self.raw_str(sv);
+            let narrow: Cow<'static, [u8]> = if utf8 {
+                match perl_utf8_chars(bytes) {
+                    Err(cpt) => return Err(arg_error(what, format!("has character U+{cpt:X}, beyond Unicode"))),
+                    Ok(true) => return Ok(Cow::Borrowed(bytes)),
+                    Ok(false) => Cow::Owned(latin1_of_utf8(bytes)),
+                }
+            } else {
+                Cow::Borrowed(bytes)
+            };
+            if std::str::from_utf8(&narrow).is_ok() {
+                return Ok(narrow);
+            }
+            Ok(Cow::Owned(narrow.iter().flat_map(|&b| char::from(b).to_string().into_bytes()).collect()))
+        })
     }
 
     /// A byte string (characters above 0xFF are refused).
     pub fn byte_string_arg(self, sv: Sv, what: &str) -> Result<std::borrow::Cow<'static, [u8]>, Error> {
-        use std::borrow::Cow;
-        if !self.is_defined(sv) || self.ref_kind(sv) != 0 {
-            return Err(arg_error(what, format!("must be a string, got {}", self.describe(sv))));
-        }
-        let (bytes, utf8) = self.raw_str(sv);
-        if !utf8 {
-            return Ok(Cow::Borrowed(bytes));
-        }
-        match perl_utf8_chars(bytes) {
-            Ok(false) => Ok(Cow::Owned(latin1_of_utf8(bytes))),
-            _ => Err(arg_error(what, "must be a byte string, but has characters above 0xFF".into())),
-        }
+        self.checked(what, || {
+            use std::borrow::Cow;
+            if !self.is_defined(sv) || self.ref_kind(sv) != 0 {
+                return Err(arg_error(what, format!("must be a string, got {}", self.describe(sv))));
+            }
+            let (bytes, utf8) = self.raw_str(sv);
+            if !utf8 {
+                return Ok(Cow::Borrowed(bytes));
+            }
+            match perl_utf8_chars(bytes) {
+                Ok(false) => Ok(Cow::Owned(latin1_of_utf8(bytes))),
+                _ => Err(arg_error(what, "must be a byte string, but has characters above 0xFF".into())),
+            }
+        })
     }
 
     /// A required string argument.
     pub fn string_arg(self, sv: Sv, what: &str) -> Result<String, Error> {
-        if !self.is_defined(sv) {
-            return Err(arg_error(what, "is missing (undef)".into()));
+        self.checked(what, || {
+            if !self.is_defined(sv) {
+                return Err(arg_error(what, "is missing (undef)".into()));
+            }
+            if self.ref_kind(sv) != 0 {
+                return Err(arg_error(what, "must be a string, not a reference".into()));
+            }
+            Ok(self.text(sv))
+        })
+    }
+
+    /// The class a constructor blesses into (a subclass name is fine).
+    pub fn class_arg(self, sv: Sv) -> Result<String, Error> {
+        let class = if self.ref_kind(sv) != 0 {
+            self.checked("class", || {
+                Err(arg_error("class", "must be a class name, not an object or reference".into()))
+            })?
+        } else {
+            self.string_arg(sv, "class")?
+        };
+        if class.is_empty() || class.contains('\0') {
+            return Err(arg_error("class", format!("must be a package name, got {class:?}")));
         }
-        if self.ref_kind(sv) != 0 {
-            return Err(arg_error(what, "must be a string, not a reference".into()));
-        }
-        Ok(self.text(sv))
+        Ok(class)
     }
 
     /// A required integer argument.
     pub fn int_arg(self, sv: Sv, what: &str) -> Result<i64, Error> {
-        if !self.is_defined(sv) {
-            return Err(arg_error(what, "is missing (undef)".into()));
-        }
-        // SAFETY: sv is live.
-        match unsafe { ffi::lugh_sv_number_kind(self.0, sv) } {
-            1 if self.ref_kind(sv) == 0 => {
-                // SAFETY: sv is live.
-                let v = unsafe { ffi::lugh_sv_iv(self.0, sv) } as i64;
-                if v < 0 && self.float_unchecked(sv) >= 0.0 {
-                    // an unsigned integer above i64::MAX, which SvIV wraps
-                    return Err(arg_error(what, format!("must be an integer below 2**63, got {}", self.text(sv))));
-                }
-                Ok(v)
+        self.checked(what, || {
+            if !self.is_defined(sv) {
+                return Err(arg_error(what, "is missing (undef)".into()));
             }
-            2 => {
-                let v = self.float_unchecked(sv);
-                if v.fract() == 0.0 && v.abs() < 9.0e18 {
-                    Ok(v as i64)
-                } else {
-                    Err(arg_error(what, format!("must be an integer, got {v}")))
+            // SAFETY: sv is live.
+            match unsafe { ffi::lugh_sv_number_kind(self.0, sv) } {
+                1 if self.ref_kind(sv) == 0 => {
+                    // SAFETY: sv is live.
+                    let v = unsafe { ffi::lugh_sv_iv(self.0, sv) } as i64;
+                    if v < 0 && self.float_unchecked(sv) >= 0.0 {
+                        // an unsigned integer above i64::MAX, which SvIV wraps
+                        return Err(arg_error(what, format!("must be an integer below 2**63, got {}", self.text(sv))));
+                    }
+                    Ok(v)
                 }
+                2 => {
+                    let v = self.float_unchecked(sv);
+                    if v.fract() == 0.0 && v.abs() < 9.0e18 {
+                        Ok(v as i64)
+                    } else {
+                        Err(arg_error(what, format!("must be an integer, got {v}")))
+                    }
+                }
+                _ => Err(arg_error(what, format!("must be an integer, got '{}'", self.describe(sv)))),
             }
-            _ => Err(arg_error(what, format!("must be an integer, got '{}'", self.describe(sv)))),
-        }
+        })
     }
 
     /// A required number argument.
     pub fn number_arg(self, sv: Sv, what: &str) -> Result<f64, Error> {
-        if !self.is_defined(sv) {
-            return Err(arg_error(what, "is missing (undef)".into()));
-        }
-        // SAFETY: sv is live.
-        if unsafe { ffi::lugh_sv_number_kind(self.0, sv) } == 0 || self.ref_kind(sv) != 0 {
-            return Err(arg_error(what, format!("must be a number, got '{}'", self.describe(sv))));
-        }
-        Ok(self.float_unchecked(sv))
+        self.checked(what, || {
+            if !self.is_defined(sv) {
+                return Err(arg_error(what, "is missing (undef)".into()));
+            }
+            // SAFETY: sv is live.
+            if unsafe { ffi::lugh_sv_number_kind(self.0, sv) } == 0 || self.ref_kind(sv) != 0 {
+                return Err(arg_error(what, format!("must be a number, got '{}'", self.describe(sv))));
+            }
+            Ok(self.float_unchecked(sv))
+        })
     }
 
     fn float_unchecked(self, sv: Sv) -> f64 {
@@ -175,12 +233,14 @@ impl Perl {
 
     /// The elements of an array reference.
     pub fn array_arg(self, sv: Sv, what: &str) -> Result<Vec<Sv>, Error> {
-        if self.ref_kind(sv) != b'A' {
-            return Err(arg_error(what, format!("must be an ARRAY reference, got {}", self.describe(sv))));
-        }
-        // SAFETY: sv is an array reference.
-        let n = unsafe { ffi::lugh_av_count(self.0, sv) };
-        Ok((0..n).map(|i| unsafe { ffi::lugh_av_fetch(self.0, sv, i) }).collect())
+        self.checked(what, || {
+            if self.ref_kind(sv) != b'A' {
+                return Err(arg_error(what, format!("must be an ARRAY reference, got {}", self.describe(sv))));
+            }
+            // SAFETY: sv is an array reference.
+            let n = unsafe { ffi::lugh_av_count(self.0, sv) };
+            Ok((0..n).map(|i| unsafe { ffi::lugh_av_fetch(self.0, sv, i) }).collect())
+        })
     }
 
     /// An array reference of integers, e.g. token ids.
@@ -216,13 +276,15 @@ impl Perl {
 
     /// A code reference (a callback), or None for undef.
     pub fn code_arg(self, sv: Sv, what: &str) -> Result<Option<Sv>, Error> {
-        if !self.is_defined(sv) {
-            return Ok(None);
-        }
-        if self.ref_kind(sv) != b'C' {
-            return Err(arg_error(what, format!("must be a CODE reference, got {}", self.describe(sv))));
-        }
-        Ok(Some(sv))
+        self.checked(what, || {
+            if !self.is_defined(sv) {
+                return Ok(None);
+            }
+            if self.ref_kind(sv) != b'C' {
+                return Err(arg_error(what, format!("must be a CODE reference, got {}", self.describe(sv))));
+            }
+            Ok(Some(sv))
+        })
     }
 
     pub fn undef(self) -> Sv {

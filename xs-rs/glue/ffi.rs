@@ -38,6 +38,8 @@ extern "C" {
     pub fn lugh_xs_return(p: Interp, ax: i32, values: *const Sv, n: i32);
     pub fn lugh_xs_return_floats(p: Interp, ax: i32, values: *const f32, n: usize);
 
+    pub fn lugh_take_error(p: Interp) -> Sv;
+    pub fn lugh_restore_error(p: Interp, err: Sv);
     pub fn lugh_sv_ok(p: Interp, sv: Sv) -> c_int;
     pub fn lugh_sv_true(p: Interp, sv: Sv) -> c_int;
     pub fn lugh_sv_iv(p: Interp, sv: Sv) -> isize;

@@ -29,6 +29,7 @@ pub fn new_object<T: Send + Sync + 'static>(perl: Perl, class: &str, value: Arc<
 pub fn object_arc<T: Send + Sync + 'static>(perl: Perl, sv: Sv, class: &str) -> Result<Arc<T>, Error> {
     // SAFETY: the shim checks the magic's vtable before returning a payload.
     let raw = unsafe { ffi::lugh_object_payload(perl.0, sv) };
+    perl.check(&format!("the {class} object"))?;
     if raw.is_null() {
         return Err(Error::Argument(format!("not a {class} object (got {})", perl.describe(sv))));
     }

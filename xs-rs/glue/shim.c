@@ -18,6 +18,7 @@ typedef void (*lugh_rust_xsub)(void *my_perl, CV *cv);
 typedef void (*lugh_rust_free)(void *payload);
 
 static lugh_rust_free lugh_free_hook = NULL;
+static void lugh_guard_xsub(pTHX_ CV *cv);
 
 /* ---------- loading and registering XSUBs ---------- */
 
@@ -40,7 +41,11 @@ I32 lugh_boot_start(void *my_perl_v, CV *cv) {
     return ax;
 }
 
-void lugh_boot_end(void *my_perl_v, I32 ax) { LUGH_CTX; Perl_xs_boot_epilog(aTHX_ ax); }
+void lugh_boot_end(void *my_perl_v, I32 ax) {
+    LUGH_CTX;
+    (void)Perl_newXS_deffile(aTHX_ "Lugh::_read_guard", lugh_guard_xsub);
+    Perl_xs_boot_epilog(aTHX_ ax);
+}
 
 void lugh_set_free_hook(lugh_rust_free hook) { lugh_free_hook = hook; }
 
@@ -86,53 +91,229 @@ void lugh_xs_return_floats(void *my_perl_v, I32 ax, const float *values, size_t 
     PL_stack_sp = PL_stack_base + ax + n - 1;
 }
 
-/* ---------- reading values ---------- */
+/* ---------- reading values, guarded ---------- */
 
-int lugh_sv_ok(void *my_perl_v, SV *sv) { LUGH_CTX; SvGETMAGIC(sv); return SvOK(sv) ? 1 : 0; }
-int lugh_sv_true(void *my_perl_v, SV *sv) { LUGH_CTX; return SvTRUE(sv) ? 1 : 0; }
-IV lugh_sv_iv(void *my_perl_v, SV *sv) { LUGH_CTX; return SvIV(sv); }
-UV lugh_sv_uv(void *my_perl_v, SV *sv) { LUGH_CTX; return SvUV(sv); }
-NV lugh_sv_nv(void *my_perl_v, SV *sv) { LUGH_CTX; return SvNV(sv); }
+/* Reading a value can run perl code: a tied scalar's or array's FETCH, an
+ * object's overloaded "", 0+ or bool. If that code dies, perl longjmps, and
+ * a longjmp must never cross Rust frames (their destructors would not run:
+ * sessions, threads and buffers leaked, locks held). So each read of a value
+ * that has such magic runs inside call_sv(G_EVAL) of a tiny XSUB; a die is
+ * caught there and kept as this thread's pending error, the read answers a
+ * neutral value, and Rust turns the pending error into an Err
+ * (lugh_take_error). Plain values are read directly, at no extra cost. */
+
+#if defined(_MSC_VER)
+#  define LUGH_THREAD_LOCAL __declspec(thread)
+#else
+#  define LUGH_THREAD_LOCAL __thread
+#endif
+/* One interpreter runs on one OS thread at a time, so per thread is per interpreter. */
+static LUGH_THREAD_LOCAL SV *lugh_pending_error;
+
+enum lugh_read_op { LUGH_OK, LUGH_TRUE, LUGH_IV, LUGH_NV, LUGH_NUMBER_KIND, LUGH_PV, LUGH_REF_KIND,
+    LUGH_AV_COUNT, LUGH_AV_FETCH, LUGH_PAYLOAD };
+
+typedef struct {
+    int op;
+    SV *sv;
+    SSize_t index;
+    IV iv;
+    NV nv;
+    SV *copy;       /* LUGH_PV, LUGH_AV_FETCH: a new SV owned by the caller */
+    void *payload;  /* LUGH_PAYLOAD */
+} lugh_read;
+
+static MGVTBL lugh_object_vtbl;
+
+/* Whether the last G_EVAL call died, without SvTRUE: $@ may be an object
+ * whose bool overload dies, and nothing here may croak. call_sv clears $@
+ * to "" on success. */
+static int lugh_died(pTHX) {
+    SV *e = ERRSV;
+    STRLEN len;
+    if (SvROK(e)) return 1;
+    if (!SvOK(e)) return 0;
+    (void)SvPV(e, len);
+    return len > 0;
+}
 
 /* 0: not a number, 1: integer, 2: other number (perl's looks_like_number). */
-int lugh_sv_number_kind(void *my_perl_v, SV *sv) {
-    LUGH_CTX;
+static int lugh_number_kind_nomg(pTHX_ SV *sv) {
     int flags;
-    SvGETMAGIC(sv);
     if (SvIOK(sv) && !SvNOK(sv)) return 1;
     if (SvNOK(sv) && !SvPOK(sv)) return 2; /* a plain float: looks_like_number gives no NOT_INT flag */
+    if (SvROK(sv) && !SvAMAGIC(sv)) return 0;
     flags = looks_like_number(sv);
     if (!flags) return 0;
     return (flags & IS_NUMBER_NOT_INT) ? 2 : 1;
 }
 
-/* The string's buffer without changing the SV; *is_utf8 says how to read it. */
-const char *lugh_sv_pv(void *my_perl_v, SV *sv, STRLEN *len, int *is_utf8) {
-    LUGH_CTX;
-    const char *pv = SvPV_const(sv, *len);
-    *is_utf8 = SvUTF8(sv) ? 1 : 0;
-    return pv;
-}
-
-/* 0: not a reference, else 'A' array, 'H' hash, 'C' code, 'S' other. */
-int lugh_sv_ref_kind(void *my_perl_v, SV *sv) {
-    LUGH_CTX;
-    SvGETMAGIC(sv);
-    if (!SvROK(sv)) return 0;
-    switch (SvTYPE(SvRV(sv))) {
-    case SVt_PVAV: return 'A';
-    case SVt_PVHV: return 'H';
-    case SVt_PVCV: return 'C';
-    default: return 'S';
+static void lugh_read_run(pTHX_ lugh_read *r) {
+    SV *sv = r->sv;
+    switch (r->op) {
+    case LUGH_OK: SvGETMAGIC(sv); r->iv = SvOK(sv) ? 1 : 0; break;
+    case LUGH_TRUE: r->iv = SvTRUE(sv) ? 1 : 0; break;
+    case LUGH_IV: r->iv = SvIV(sv); break;
+    case LUGH_NV: r->nv = SvNV(sv); break;
+    case LUGH_NUMBER_KIND: SvGETMAGIC(sv); r->iv = lugh_number_kind_nomg(aTHX_ sv); break;
+    case LUGH_PV: {
+        /* Copied: an overloaded "" returns a temporary freed with this scope. */
+        STRLEN len;
+        const char *pv = SvPV_const(sv, len);
+        r->copy = newSVpvn_flags(pv, len, SvUTF8(sv) ? SVf_UTF8 : 0);
+        break;
+    }
+    case LUGH_REF_KIND:
+        SvGETMAGIC(sv);
+        if (!SvROK(sv)) r->iv = 0;
+        else switch (SvTYPE(SvRV(sv))) {
+            case SVt_PVAV: r->iv = 'A'; break;
+            case SVt_PVHV: r->iv = 'H'; break;
+            case SVt_PVCV: r->iv = 'C'; break;
+            default: r->iv = 'S';
+        }
+        break;
+    case LUGH_AV_COUNT: r->iv = av_top_index((AV *)SvRV(sv)) + 1; break;
+    case LUGH_AV_FETCH: {
+        /* A tied array's element is a proxy whose FETCH runs on copying. */
+        SV **slot = av_fetch((AV *)SvRV(sv), r->index, 0);
+        r->copy = slot ? newSVsv(*slot) : newSV(0);
+        break;
+    }
+    case LUGH_PAYLOAD: {
+        MAGIC *mg;
+        SvGETMAGIC(sv);
+        if (!SvROK(sv) || SvTYPE(SvRV(sv)) != SVt_PVHV) break;
+        mg = mg_findext(SvRV(sv), PERL_MAGIC_ext, &lugh_object_vtbl);
+        if (mg) r->payload = (void *)mg->mg_ptr;
+        break;
+    }
     }
 }
 
-SSize_t lugh_av_count(void *my_perl_v, SV *rv) { LUGH_CTX; return av_top_index((AV *)SvRV(rv)) + 1; }
+/* Whether reading sv may run perl code. */
+static int lugh_read_may_die(pTHX_ lugh_read *r) {
+    SV *sv = r->sv;
+    if (SvGMAGICAL(sv) || SvAMAGIC(sv)) return 1;
+    if ((r->op == LUGH_AV_COUNT || r->op == LUGH_AV_FETCH) && SvRMAGICAL(SvRV(sv))) return 1;
+    return 0;
+}
+
+/* The XSUB the guard calls: its only argument is the address of a lugh_read. */
+static void lugh_guard_xsub(pTHX_ CV *cv) {
+    dXSARGS;
+    PERL_UNUSED_VAR(cv);
+    if (items == 1) lugh_read_run(aTHX_ INT2PTR(lugh_read *, SvIV(ST(0))));
+    XSRETURN_EMPTY;
+}
+
+static void lugh_read_guarded(pTHX_ lugh_read *r) {
+    CV *guard;
+    r->iv = 0;
+    r->nv = 0;
+    r->copy = NULL;
+    r->payload = NULL;
+    if (!lugh_read_may_die(aTHX_ r)) {
+        lugh_read_run(aTHX_ r);
+        return;
+    }
+    /* After one read has died, run no more perl code in this call. */
+    if (lugh_pending_error) return;
+    guard = get_cv("Lugh::_read_guard", 0);
+    if (!guard) return;
+    {
+        dSP;
+        ENTER;
+        SAVETMPS;
+        save_scalar(PL_errgv); /* the caller's $@ is left as it was */
+        PUSHMARK(SP);
+        XPUSHs(sv_2mortal(newSViv(PTR2IV(r))));
+        PUTBACK;
+        call_sv((SV *)guard, G_DISCARD | G_EVAL);
+        if (lugh_died(aTHX)) {
+            lugh_pending_error = newSVsv(ERRSV);
+            if (r->copy) SvREFCNT_dec(r->copy);
+            r->copy = NULL;
+            r->iv = 0;
+            r->nv = 0;
+            r->payload = NULL;
+        }
+        FREETMPS;
+        LEAVE;
+    }
+}
+
+static lugh_read lugh_read_of(pTHX_ int op, SV *sv) {
+    lugh_read r;
+    r.op = op;
+    r.sv = sv;
+    r.index = 0;
+    lugh_read_guarded(aTHX_ &r);
+    return r;
+}
+
+/* The error a guarded read (or anything since the last call) caught, as a
+ * mortal, or NULL; the slot is emptied. */
+SV *lugh_take_error(void *my_perl_v) {
+    LUGH_CTX;
+    SV *e = lugh_pending_error;
+    lugh_pending_error = NULL;
+    return e ? sv_2mortal(e) : NULL;
+}
+
+/* Puts back an error taken earlier (a nested call keeps its caller's). */
+void lugh_restore_error(void *my_perl_v, SV *err) {
+    LUGH_CTX;
+    if (lugh_pending_error) SvREFCNT_dec(lugh_pending_error);
+    lugh_pending_error = err ? SvREFCNT_inc_simple_NN(err) : NULL;
+}
+
+int lugh_sv_ok(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_read_of(aTHX_ LUGH_OK, sv).iv; }
+int lugh_sv_true(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_read_of(aTHX_ LUGH_TRUE, sv).iv; }
+IV lugh_sv_iv(void *my_perl_v, SV *sv) { LUGH_CTX; return lugh_read_of(aTHX_ LUGH_IV, sv).iv; }
+NV lugh_sv_nv(void *my_perl_v, SV *sv) { LUGH_CTX; return lugh_read_of(aTHX_ LUGH_NV, sv).nv; }
+int lugh_sv_number_kind(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_read_of(aTHX_ LUGH_NUMBER_KIND, sv).iv; }
+/* 0: not a reference, else 'A' array, 'H' hash, 'C' code, 'S' other. */
+int lugh_sv_ref_kind(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_read_of(aTHX_ LUGH_REF_KIND, sv).iv; }
+
+/* The string's buffer; *is_utf8 says how to read it. For a value with magic
+ * the buffer is a mortal copy, valid until the statement ends. */
+const char *lugh_sv_pv(void *my_perl_v, SV *sv, STRLEN *len, int *is_utf8) {
+    LUGH_CTX;
+    lugh_read r;
+    r.op = LUGH_PV;
+    r.sv = sv;
+    r.index = 0;
+    if (!lugh_read_may_die(aTHX_ &r)) {
+        const char *pv = SvPV_const(sv, *len);
+        *is_utf8 = SvUTF8(sv) ? 1 : 0;
+        return pv;
+    }
+    lugh_read_guarded(aTHX_ &r);
+    if (!r.copy) {
+        *len = 0;
+        *is_utf8 = 0;
+        return "";
+    }
+    sv_2mortal(r.copy);
+    *is_utf8 = SvUTF8(r.copy) ? 1 : 0;
+    return SvPV_const(r.copy, *len);
+}
+
+SSize_t lugh_av_count(void *my_perl_v, SV *rv) { LUGH_CTX; return (SSize_t)lugh_read_of(aTHX_ LUGH_AV_COUNT, rv).iv; }
 
 SV *lugh_av_fetch(void *my_perl_v, SV *rv, SSize_t i) {
     LUGH_CTX;
-    SV **slot = av_fetch((AV *)SvRV(rv), i, 0);
-    return slot ? *slot : &PL_sv_undef;
+    lugh_read r;
+    r.op = LUGH_AV_FETCH;
+    r.sv = rv;
+    r.index = i;
+    if (!lugh_read_may_die(aTHX_ &r)) {
+        SV **slot = av_fetch((AV *)SvRV(rv), i, 0);
+        return slot ? *slot : &PL_sv_undef;
+    }
+    lugh_read_guarded(aTHX_ &r);
+    return r.copy ? sv_2mortal(r.copy) : &PL_sv_undef;
 }
 
 /* ---------- making values (all returned mortal) ---------- */
@@ -196,14 +377,7 @@ SV *lugh_new_object(void *my_perl_v, const char *klass, void *payload) {
 
 /* The payload of a Lugh object, or NULL when sv is not one (a plain hash,
  * a copy made by dclone, anything else). */
-void *lugh_object_payload(void *my_perl_v, SV *sv) {
-    LUGH_CTX;
-    MAGIC *mg;
-    SvGETMAGIC(sv);
-    if (!SvROK(sv) || SvTYPE(SvRV(sv)) != SVt_PVHV) return NULL;
-    mg = mg_findext(SvRV(sv), PERL_MAGIC_ext, &lugh_object_vtbl);
-    return mg ? (void *)mg->mg_ptr : NULL;
-}
+void *lugh_object_payload(void *my_perl_v, SV *sv) { LUGH_CTX; return lugh_read_of(aTHX_ LUGH_PAYLOAD, sv).payload; }
 
 /* ---------- errors ---------- */
 
@@ -228,18 +402,6 @@ void lugh_croak_usage(void *my_perl_v, CV *cv, const char *params) { LUGH_CTX; c
 
 /* ---------- callbacks ---------- */
 
-/* Whether the last G_EVAL call died, without SvTRUE: $@ may be an object
- * whose bool overload dies, and nothing here may croak (the caller's Rust
- * frames would be skipped). call_sv clears $@ to "" on success. */
-static int lugh_died(pTHX) {
-    SV *e = ERRSV;
-    STRLEN len;
-    if (SvROK(e)) return 1;
-    if (!SvOK(e)) return 0;
-    (void)SvPV(e, len);
-    return len > 0;
-}
-
 /* Calls cb in scalar context under G_EVAL. Returns a new (owned) copy of the
  * result, or NULL with *err set to an owned copy of $@ when cb died. */
 SV *lugh_call_sv(void *my_perl_v, SV *cb, SV **args, int n, SV **err) {
@@ -247,8 +409,18 @@ SV *lugh_call_sv(void *my_perl_v, SV *cb, SV **args, int n, SV **err) {
     dSP;
     SV *ret = NULL;
     int count, i;
+#if PERL_REVISION == 5 && PERL_VERSION >= 24
+    PERL_CONTEXT *fence;
+#endif
     ENTER;
     SAVETMPS;
+#if PERL_REVISION == 5 && PERL_VERSION >= 24
+    /* A null block, as sort {} pushes: last/next/redo in the callback stop
+     * here (perl dies "Can't \"last\" outside a loop block", caught by the
+     * eval below) instead of unwinding through the Rust frames to a loop of
+     * the caller. */
+    fence = cx_pushblock(CXt_NULL, G_SCALAR, SP, PL_savestack_ix);
+#endif
     PUSHMARK(SP);
     EXTEND(SP, n);
     for (i = 0; i < n; i++) PUSHs(args[i]);
@@ -264,6 +436,10 @@ SV *lugh_call_sv(void *my_perl_v, SV *cb, SV **args, int n, SV **err) {
     } else {
         *err = NULL;
     }
+#if PERL_REVISION == 5 && PERL_VERSION >= 24
+    cx_popblock(fence);
+    CX_POP(fence);
+#endif
     FREETMPS;
     LEAVE;
     return ret;

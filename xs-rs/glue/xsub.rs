@@ -1,7 +1,7 @@
 //! Running one XSUB: argument access, return values, and the error path.
 use super::ffi::{self, Cv, Interp, Sv};
 use crate::engine::Error;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What went wrong in an XSUB: an engine error becomes a croak naming the
@@ -9,6 +9,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub enum XsError {
     Lugh(Error),
     Perl(Sv),
+    /// A whole message, croaked as it is: a usage error, or an error of an
+    /// accessor that names its public method itself (see [`as_method`]).
+    Message(String),
+}
+
+/// Runs `f` and prefixes its error with `method`: for XSUBs that serve
+/// several public methods, named by an argument (one accessor sub per table).
+pub fn as_method<T>(method: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, XsError> {
+    f().map_err(|e| XsError::Message(format!("{method}: {e}")))
 }
 
 impl From<Error> for XsError {
@@ -31,7 +40,7 @@ pub enum Ret {
 /// The arguments of the running XSUB.
 pub struct Args {
     pub p: Interp,
-    cv: Cv,
+    method: &'static str,
     ax: i32,
     items: i32,
 }
@@ -59,13 +68,12 @@ impl Args {
         super::Perl(self.p)
     }
 
-    /// Croaks with perl's "Usage: NAME(PARAMS)" unless the count is in range.
-    /// Called first in an XSUB, while nothing Rust-owned is alive.
-    pub fn expect(&self, min: usize, max: usize, params: &'static CStr) {
+    /// Err("Usage: METHOD(PARAMS)") unless the argument count is in range.
+    pub fn expect(&self, min: usize, max: usize, params: &str) -> Result<(), XsError> {
         if self.len() < min || self.len() > max {
-            // SAFETY: no Rust value with a destructor is live in this frame.
-            unsafe { ffi::lugh_croak_usage(self.p, self.cv, params.as_ptr()) }
+            return Err(XsError::Message(format!("Usage: {}({params})", self.method)));
         }
+        Ok(())
     }
 }
 
@@ -74,11 +82,23 @@ impl Args {
 /// # Safety
 /// Must be called directly from an `extern "C"` XSUB entry with perl's own
 /// interpreter and CV.
-pub unsafe fn xsub(p: Interp, cv: Cv, method: &str, body: impl FnOnce(&Args) -> XsResult) {
+pub unsafe fn xsub(p: Interp, _cv: Cv, method: &'static str, body: impl FnOnce(&Args) -> XsResult) {
     let mut items = 0;
     let ax = ffi::lugh_xs_start(p, &mut items);
-    let args = Args { p, cv, ax, items };
-    let failure: Sv = match catch_unwind(AssertUnwindSafe(|| body(&args))) {
+    let args = Args { p, method, ax, items };
+    let perl = super::Perl(p);
+    // A call from a callback keeps its caller's pending read error apart.
+    let outer_error = perl.take_error();
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(&args)));
+    // A read that died but was not checked still fails the call: its value
+    // was a stand-in.
+    let unchecked = perl.check("an argument");
+    ffi::lugh_restore_error(p, outer_error.unwrap_or(Sv(std::ptr::null_mut())));
+    let outcome = match (outcome, unchecked) {
+        (Ok(Ok(_)), Err(e)) => Ok(Err(XsError::Lugh(e))),
+        (outcome, _) => outcome,
+    };
+    let failure: Sv = match outcome {
         Ok(Ok(ret)) => {
             push_return(p, ax, ret);
             return;
@@ -87,14 +107,15 @@ pub unsafe fn xsub(p: Interp, cv: Cv, method: &str, body: impl FnOnce(&Args) -> 
             // SAFETY: every Rust value of the body has been dropped.
             ffi::lugh_croak_sv(p, sv)
         }
-        Ok(Err(XsError::Lugh(e))) => super::Perl(p).str(&format!("{method}: {e}")),
+        Ok(Err(XsError::Message(usage))) => perl.str(&usage),
+        Ok(Err(XsError::Lugh(e))) => perl.str(&format!("{method}: {e}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            super::Perl(p).str(&format!("{method}: internal error (Rust panic: {what})"))
+            perl.str(&format!("{method}: internal error (Rust panic: {what})"))
         }
     };
     // The message now lives in a mortal SV; nothing Rust-owned is left.

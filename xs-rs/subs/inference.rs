@@ -2,13 +2,13 @@
 //! of forward live in Lugh/Inference.pm; these subs take typed positional
 //! arguments (undef = not given).
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
-use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
+use crate::engine::inference::{FlashAttn, Inference, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
 use crate::engine::session::{CacheHandle, PoolHandle, Session};
 use crate::engine::Error;
-use crate::glue::{call_callback, new_object, object_arc, Args, Perl, Ret, Sv, XsError};
+use crate::glue::{as_method, call_callback, new_object, object_arc, Args, Perl, Ret, Sv, XsError};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -20,6 +20,29 @@ use super::logits::CLASS as LOGITS_CLASS;
 fn this(args: &Args) -> Result<Arc<Session>, Error> {
     object_arc::<Session>(args.perl(), args.get(0), CLASS)
 }
+
+/// The session's settings and the model hyperparameters it runs with: each
+/// becomes an accessor method of Lugh::Inference (the .pm makes one per name).
+type Setting = (&'static str, fn(&Inference, Perl) -> Sv);
+const SETTINGS: &[Setting] = &[
+    ("backend", |e, perl| perl.str(e.backend_name())),
+    ("n_threads", |e, perl| perl.int(e.n_threads() as i64)),
+    ("n_ctx", |e, perl| perl.int(e.n_ctx() as i64)),
+    ("n_batch", |e, perl| perl.int(e.n_batch() as i64)),
+    ("flash_attn", |e, perl| perl.int(e.flash_attn() as i64)),
+    ("n_vocab", |e, perl| perl.int(e.hparams().n_vocab as i64)),
+    ("n_layer", |e, perl| perl.int(e.hparams().n_layer as i64)),
+    ("n_embd", |e, perl| perl.int(e.hparams().n_embd as i64)),
+    ("n_head", |e, perl| perl.int(e.hparams().n_head as i64)),
+    ("n_head_kv", |e, perl| perl.int(e.hparams().n_head_kv as i64)),
+    ("head_dim", |e, perl| perl.int(e.hparams().head_dim_k as i64)),
+    ("n_ff", |e, perl| perl.int(e.hparams().n_ff as i64)),
+    ("n_rot", |e, perl| perl.int(e.hparams().n_rot as i64)),
+    ("n_ctx_train", |e, perl| perl.int(e.hparams().n_ctx_train as i64)),
+    ("rope_freq_base", |e, perl| perl.float(f64::from(e.hparams().rope_freq_base))),
+    ("norm_eps", |e, perl| perl.float(f64::from(e.hparams().norm_eps))),
+    ("architecture", |e, perl| perl.str(e.architecture())),
+];
 
 /// `f(sv)` for a defined argument, None for undef.
 fn optional<T>(perl: Perl, sv: Sv, f: impl FnOnce(Sv) -> Result<T, Error>) -> Result<Option<T>, Error> {
@@ -99,9 +122,9 @@ fn logits_object(perl: Perl, values: Vec<f32>) -> Sv {
 
 xs_subs! { "Lugh::Inference";
     fn _new(args) as "Lugh::Inference->new" {
-        args.expect(7, 7, c"class, model, backend, n_threads, n_ctx, flash_attn, n_batch");
+        args.expect(7, 7, "class, model, backend, n_threads, n_ctx, flash_attn, n_batch")?;
         let perl = args.perl();
-        let class = perl.string_arg(args.get(0), "class")?;
+        let class = perl.class_arg(args.get(0))?;
         if !perl.is_defined(args.get(1)) {
             return Err(Error::Argument("missing model => $model (a Lugh::Model)".into()).into());
         }
@@ -123,32 +146,39 @@ xs_subs! { "Lugh::Inference";
         Ok(Ret::One(new_object(perl, &class, Arc::new(session))))
     }
 
-    fn _setting(args) {
-        args.expect(2, 2, c"self, name");
-        let s = this(args)?;
+    fn _setting_names(args) {
+        args.expect(0, 0, "")?;
         let perl = args.perl();
-        let e = &s.engine;
+        Ok(Ret::List(SETTINGS.iter().map(|(name, _)| perl.str(name)).collect()))
+    }
+
+    fn _setting(args) {
+        args.expect(2, 2, "self, name")?;
+        let perl = args.perl();
         let name = perl.string_arg(args.get(1), "setting")?;
-        Ok(Ret::One(match name.as_str() {
-            "backend" => perl.str(e.backend_name()),
-            "n_threads" => perl.int(e.n_threads() as i64),
-            "n_ctx" => perl.int(e.n_ctx() as i64),
-            "n_batch" => perl.int(e.n_batch() as i64),
-            "flash_attn" => perl.int(e.flash_attn() as i64),
-            "n_vocab" => perl.int(e.n_vocab() as i64),
-            "n_layer" => perl.int(e.n_layer() as i64),
-            other => return Err(Error::Argument(format!("unknown setting '{other}'")).into()),
-        }))
+        as_method(&format!("{CLASS}->{name}"), || {
+            let s = this(args)?;
+            let (_, read) = SETTINGS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| Error::Argument(format!("unknown setting '{name}'")))?;
+            Ok(Ret::One(read(&s.engine, perl)))
+        })
+    }
+
+    fn _weights_id(args) {
+        args.expect(1, 1, "self")?;
+        Ok(Ret::One(args.perl().uint(this(args)?.engine.weights_id() as u64)))
     }
 
     fn model(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let s = this(args)?;
         Ok(Ret::One(new_object(args.perl(), "Lugh::Model", s.engine.model().clone())))
     }
 
     fn _forward(args) as "Lugh::Inference->forward" {
-        args.expect(6, 6, c"self, tokens, cache, pool, all, as_object");
+        args.expect(6, 6, "self, tokens, cache, pool, all, as_object")?;
         let s = this(args)?;
         let perl = args.perl();
         let tokens = perl.token_array_arg(args.get(1), "tokens", s.engine.n_vocab())?;
@@ -165,7 +195,7 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _forward_batch(args) as "Lugh::Inference->forward_batch" {
-        args.expect(5, 5, c"self, sequences, caches, pool, as_object");
+        args.expect(5, 5, "self, sequences, caches, pool, as_object")?;
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
@@ -187,8 +217,8 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _sample(args) as "Lugh::Inference->sample" {
-        args.expect(13, 13, c"self, logits, history, greedy, temperature, top_k, top_p, min_p, repeat_penalty, \
-            presence_penalty, frequency_penalty, penalty_last_n, seed");
+        args.expect(13, 13, "self, logits, history, greedy, temperature, top_k, top_p, min_p, repeat_penalty, \
+            presence_penalty, frequency_penalty, penalty_last_n, seed")?;
         let s = this(args)?;
         let perl = args.perl();
         // A Lugh::Logits object is read in place; an array is converted.
@@ -205,9 +235,9 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {
-        args.expect(20, 20, c"self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
+        args.expect(20, 20, "self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
             logprobs, greedy, temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, \
-            frequency_penalty, penalty_last_n, seed");
+            frequency_penalty, penalty_last_n, seed")?;
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
@@ -273,7 +303,7 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _profile(args) as "Lugh::Inference->profile" {
-        args.expect(2, 2, c"self, reset");
+        args.expect(2, 2, "self, reset")?;
         let s = this(args)?;
         let perl = args.perl();
         let p = s.engine.profile(perl.is_true(args.get(1)));
@@ -286,13 +316,13 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _create_kv_cache(args) as "Lugh::Inference->create_kv_cache" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let s = this(args)?;
         Ok(Ret::One(new_object(args.perl(), CACHE_CLASS, Arc::new(s.new_cache()?))))
     }
 
     fn _create_memory_pool(args) as "Lugh::Inference->create_memory_pool" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let s = this(args)?;
         Ok(Ret::One(new_object(args.perl(), POOL_CLASS, Arc::new(s.new_pool()?))))
     }

@@ -22,12 +22,12 @@ fn temperature(perl: Perl, sv: Sv) -> Result<f32, Error> {
 
 xs_subs! { "Lugh::Logits";
     fn n_vocab(args) as "Lugh::Logits->n_vocab" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.len() as i64)))
     }
 
     fn get(args) as "Lugh::Logits->get" {
-        args.expect(2, 2, c"self, id");
+        args.expect(2, 2, "self, id")?;
         let l = this(args)?;
         let perl = args.perl();
         let id = perl.int_arg(args.get(1), "token id")?;
@@ -35,14 +35,14 @@ xs_subs! { "Lugh::Logits";
     }
 
     fn argmax(args) as "Lugh::Logits->argmax" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let l = this(args)?;
         let perl = args.perl();
         Ok(Ret::One(l.argmax().map_or_else(|| perl.undef(), |id| perl.int(id as i64))))
     }
 
     fn top_k(args) as "Lugh::Logits->top_k" {
-        args.expect(2, 2, c"self, n");
+        args.expect(2, 2, "self, n")?;
         let l = this(args)?;
         let perl = args.perl();
         let n = perl.int_arg(args.get(1), "n")?;
@@ -54,7 +54,7 @@ xs_subs! { "Lugh::Logits";
     }
 
     fn _softmax(args) as "Lugh::Logits->softmax" {
-        args.expect(3, 3, c"self, temperature, log");
+        args.expect(3, 3, "self, temperature, log")?;
         let l = this(args)?;
         let perl = args.perl();
         let t = temperature(perl, args.get(1))?;
@@ -63,12 +63,12 @@ xs_subs! { "Lugh::Logits";
     }
 
     fn to_list(args) as "Lugh::Logits->to_list" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::Floats(this(args)?.values().to_vec()))
     }
 
     fn packed(args) as "Lugh::Logits->packed" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let l = this(args)?;
         let bytes: Vec<u8> = l.values().iter().flat_map(|v| v.to_le_bytes()).collect();
         Ok(Ret::One(args.perl().bytes(&bytes)))

@@ -6,49 +6,60 @@ use crate::xs_subs;
 
 xs_subs! { "Lugh";
     fn ggml_version(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         Ok(Ret::One(args.perl().str(env!("LUGH_GGML_VERSION"))))
     }
 
     fn _live_objects(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let live = crate::glue::LIVE_OBJECTS.load(std::sync::atomic::Ordering::Relaxed);
         Ok(Ret::One(args.perl().int(live as i64)))
     }
 
+    fn _live_engine(args) {
+        args.expect(0, 0, "")?;
+        Ok(Ret::One(args.perl().int(crate::engine::live::count() as i64)))
+    }
+
     fn _allocations(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let n = crate::engine::alloc_count::allocations();
         Ok(Ret::One(args.perl().uint(n)))
     }
 
     fn supported_architectures(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let perl = args.perl();
         Ok(Ret::List(crate::engine::arch::ARCHITECTURES.iter().map(|a| perl.str(a.name)).collect()))
     }
 
     fn available_backends(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let perl = args.perl();
         Ok(Ret::List(backend::available().iter().map(|b| perl.str(&b.name)).collect()))
     }
 
     fn backend_available(args) {
-        args.expect(1, 1, c"name");
+        args.expect(1, 1, "name")?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(0), "backend name")?;
         Ok(Ret::One(perl.bool(backend::find(&name).is_some())))
     }
 
+    fn _registered_backends(args) {
+        args.expect(0, 0, "")?;
+        let perl = args.perl();
+        Ok(Ret::List(backend::registered().iter().map(|name| perl.str(name)).collect()))
+    }
+
     fn best_backend(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let perl = args.perl();
         Ok(Ret::One(backend::best().map_or(perl.undef(), |b| perl.str(&b.name))))
     }
 
     fn _backend_info(args) {
-        args.expect(1, 1, c"name");
+        args.expect(1, 1, "name")?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(0), "backend name")?;
         let Some(b) = backend::find(&name) else { return Ok(Ret::Empty) };
@@ -62,7 +73,7 @@ xs_subs! { "Lugh";
     }
 
     fn _cpu_features(args) {
-        args.expect(0, 0, c"");
+        args.expect(0, 0, "")?;
         let perl = args.perl();
         let names = |list: Vec<&str>| perl.array_ref(&list.into_iter().map(|f| perl.str(f)).collect::<Vec<_>>());
         Ok(Ret::List(vec![
@@ -76,7 +87,7 @@ xs_subs! { "Lugh";
     }
 
     fn _srand(args) as "Lugh::srand" {
-        args.expect(1, 1, c"seed");
+        args.expect(1, 1, "seed")?;
         let perl = args.perl();
         let seed = match perl.is_defined(args.get(0)) {
             true => match perl.int_arg(args.get(0), "seed")? {

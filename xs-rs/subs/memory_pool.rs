@@ -11,20 +11,20 @@ fn this(args: &Args) -> Result<Arc<PoolHandle>, Error> {
 
 xs_subs! { "Lugh::MemoryPool";
     fn reset(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         this(args)?.with(|p| p.reset());
         Ok(Ret::One(args.perl().bool(true)))
     }
 
     fn backend(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let p = this(args)?;
         let name = p.with(|p| p.backend_name().to_string());
         Ok(Ret::One(args.perl().str(&name)))
     }
 
     fn n_allocations(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let n = this(args)?.with(|p| p.n_allocations());
         Ok(Ret::One(args.perl().int(n as i64)))
     }

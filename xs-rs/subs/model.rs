@@ -2,7 +2,7 @@
 use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
 use crate::engine::Error;
-use crate::glue::{new_object, object_arc, Args, Item, Perl, Ret, Sv};
+use crate::glue::{as_method, new_object, object_arc, Args, Item, Perl, Ret, Sv};
 use crate::xs_subs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ fn path_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
     } else {
         text.into_bytes()
     };
+    perl.check("model path")?;
     if bytes.is_empty() {
         return Err(Error::Argument("model path is empty".into()));
     }
@@ -65,59 +66,66 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
 
 xs_subs! { "Lugh::Model";
     fn _open(args) as "Lugh::Model->new" {
-        args.expect(3, 3, c"class, path, use_mmap");
+        args.expect(4, 4, "class, path, use_mmap, prefetch")?;
         let perl = args.perl();
-        let class = perl.string_arg(args.get(0), "class")?;
+        let class = perl.class_arg(args.get(0))?;
         let path = path_arg(perl, args.get(1))?;
         let use_mmap = perl.is_true(args.get(2));
-        let model = Model::open(&path, use_mmap)?;
+        let prefetch = perl.is_true(args.get(3));
+        perl.check("use_mmap or prefetch")?;
+        let model = Model::open_with(&path, use_mmap, prefetch)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
     }
 
+    fn mmap_size(args) {
+        args.expect(1, 1, "self")?;
+        Ok(Ret::One(args.perl().uint(this(args)?.mapped_bytes() as u64)))
+    }
+
     fn filename(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let m = this(args)?;
         Ok(Ret::One(args.perl().str(&m.path().to_string_lossy())))
     }
 
     fn architecture(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let m = this(args)?;
         let perl = args.perl();
         Ok(Ret::One(m.architecture().map_or(perl.undef(), |a| perl.str(a))))
     }
 
     fn gguf_version(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.gguf.version as i64)))
     }
 
     fn n_tensors(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.gguf.tensors.len() as i64)))
     }
 
     fn n_kv(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.gguf.kv.len() as i64)))
     }
 
     fn tensor_names(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let m = this(args)?;
         let perl = args.perl();
         Ok(Ret::List(m.gguf.tensors.iter().map(|t| perl.str(&t.name)).collect()))
     }
 
     fn kv_keys(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let m = this(args)?;
         let perl = args.perl();
         Ok(Ret::List(m.gguf.kv.iter().map(|(k, _)| perl.str(k)).collect()))
     }
 
     fn get_kv(args) {
-        args.expect(2, 2, c"self, key");
+        args.expect(2, 2, "self, key")?;
         let m = this(args)?;
         let perl = args.perl();
         let key = perl.string_arg(args.get(1), "key")?;
@@ -125,7 +133,7 @@ xs_subs! { "Lugh::Model";
     }
 
     fn get_kv_type(args) {
-        args.expect(2, 2, c"self, key");
+        args.expect(2, 2, "self, key")?;
         let m = this(args)?;
         let perl = args.perl();
         let key = perl.string_arg(args.get(1), "key")?;
@@ -138,7 +146,7 @@ xs_subs! { "Lugh::Model";
     }
 
     fn tensor_info(args) {
-        args.expect(2, 2, c"self, name");
+        args.expect(2, 2, "self, name")?;
         let m = this(args)?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(1), "tensor name")?;
@@ -149,7 +157,7 @@ xs_subs! { "Lugh::Model";
     }
 
     fn tensor_type_name(args) {
-        args.expect(2, 2, c"self, name");
+        args.expect(2, 2, "self, name")?;
         let m = this(args)?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(1), "tensor name")?;
@@ -157,45 +165,47 @@ xs_subs! { "Lugh::Model";
     }
 
     fn n_params(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().uint(this(args)?.n_params())))
     }
 
     fn size_bytes(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().uint(this(args)?.size_bytes())))
     }
 
     fn file_type(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().str(&this(args)?.file_type())))
     }
 
     fn use_mmap(args) {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.uses_mmap() as i64)))
     }
 
     fn _hparam(args) {
-        args.expect(2, 2, c"self, name");
-        let m = this(args)?;
+        args.expect(2, 2, "self, name")?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(1), "hyperparameter")?;
-        Ok(Ret::One(match name.as_str() {
-            "n_layer" => opt_int(perl, m.n_layer()),
-            "n_embd" => opt_int(perl, m.n_embd()),
-            "n_head" => opt_int(perl, m.n_head()),
-            "n_head_kv" => opt_int(perl, m.n_head_kv()),
-            "n_ff" => opt_int(perl, m.n_ff()),
-            "n_ctx_train" => opt_int(perl, m.n_ctx_train()),
-            "n_vocab" => opt_int(perl, m.n_vocab()),
-            "rope_freq_base" => m.rope_freq_base().map_or(perl.undef(), |v| perl.float(v)),
-            "norm_eps" => m.norm_eps().map_or(perl.undef(), |v| perl.float(v)),
-            "arch_has_combined_qkv" => perl.int(m.has_combined_qkv() as i64),
-            "arch_has_ffn_gate" => perl.int(m.has_ffn_gate() as i64),
-            "arch_has_post_norm" => perl.int(m.has_post_norm() as i64),
-            "arch_is_recurrent" => perl.int(m.is_recurrent() as i64),
-            other => return Err(Error::Argument(format!("unknown hyperparameter '{other}'")).into()),
-        }))
+        as_method(&format!("{CLASS}->{name}"), || {
+            let m = this(args)?;
+            Ok(Ret::One(match name.as_str() {
+                "n_layer" => opt_int(perl, m.n_layer()),
+                "n_embd" => opt_int(perl, m.n_embd()),
+                "n_head" => opt_int(perl, m.n_head()),
+                "n_head_kv" => opt_int(perl, m.n_head_kv()),
+                "n_ff" => opt_int(perl, m.n_ff()),
+                "n_ctx_train" => opt_int(perl, m.n_ctx_train()),
+                "n_vocab" => opt_int(perl, m.n_vocab()),
+                "rope_freq_base" => m.rope_freq_base().map_or(perl.undef(), |v| perl.float(v)),
+                "norm_eps" => m.norm_eps().map_or(perl.undef(), |v| perl.float(v)),
+                "arch_has_combined_qkv" => perl.int(m.has_combined_qkv() as i64),
+                "arch_has_ffn_gate" => perl.int(m.has_ffn_gate() as i64),
+                "arch_has_post_norm" => perl.int(m.has_post_norm() as i64),
+                "arch_is_recurrent" => perl.int(m.is_recurrent() as i64),
+                other => return Err(Error::Argument(format!("unknown hyperparameter '{other}'"))),
+            }))
+        })
     }
 }

@@ -15,7 +15,7 @@ fn json_arg(args: &Args, i: usize, what: &str) -> Result<serde_json::Value, Erro
 
 xs_subs! { "Lugh::Prompt";
     fn _compile_template(args) as "Lugh::Prompt->new" {
-        args.expect(1, 1, c"source");
+        args.expect(1, 1, "source")?;
         let perl = args.perl();
         let source = perl.string_arg(args.get(0), "template")?;
         let template = ChatTemplate::new(&source)?;
@@ -23,7 +23,7 @@ xs_subs! { "Lugh::Prompt";
     }
 
     fn _render_template(args) as "Lugh::Prompt->apply" {
-        args.expect(4, 4, c"template, messages_json, vars_json, now");
+        args.expect(4, 4, "template, messages_json, vars_json, now")?;
         let perl = args.perl();
         let template = object_arc::<ChatTemplate>(perl, args.get(0), TEMPLATE_CLASS)?;
         let messages = json_arg(args, 1, "the messages")?;

@@ -64,16 +64,16 @@ fn decoder(args: &Args) -> Result<Arc<Decoder>, Error> {
 
 xs_subs! { "Lugh::Tokenizer";
     fn _new(args) as "Lugh::Tokenizer->new" {
-        args.expect(2, 2, c"class, model");
+        args.expect(2, 2, "class, model")?;
         let perl = args.perl();
-        let class = perl.string_arg(args.get(0), "class")?;
+        let class = perl.class_arg(args.get(0))?;
         let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")?;
         let vocab = model.vocab()?;
         Ok(Ret::One(new_object(perl, &class, vocab)))
     }
 
     fn _encode(args) as "Lugh::Tokenizer->encode" {
-        args.expect(6, 6, c"self, text, add_bos, add_eos, parse_special, bytes");
+        args.expect(6, 6, "self, text, add_bos, add_eos, parse_special, bytes")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let options = EncodeOptions {
@@ -97,7 +97,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn _decode(args) as "Lugh::Tokenizer->decode" {
-        args.expect(4, 4, c"self, ids, special, bytes");
+        args.expect(4, 4, "self, ids, special, bytes")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let ids = ids_arg(perl, &vocab, args.get(1))?;
@@ -106,7 +106,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn _token_to_piece(args) as "Lugh::Tokenizer->token_to_piece" {
-        args.expect(3, 3, c"self, id, special");
+        args.expect(3, 3, "self, id, special")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let id = id_arg(perl, &vocab, args.get(1))?;
@@ -114,7 +114,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn token_to_text(args) as "Lugh::Tokenizer->token_to_text" {
-        args.expect(2, 2, c"self, id");
+        args.expect(2, 2, "self, id")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let id = id_arg(perl, &vocab, args.get(1))?;
@@ -122,7 +122,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn text_to_token(args) as "Lugh::Tokenizer->text_to_token" {
-        args.expect(2, 2, c"self, text");
+        args.expect(2, 2, "self, text")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let text = perl.utf8_text_arg(args.get(1), "token text")?;
@@ -130,7 +130,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn _type(args) as "Lugh::Tokenizer->type" {
-        args.expect(2, 2, c"self, id");
+        args.expect(2, 2, "self, id")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let id = id_arg(perl, &vocab, args.get(1))?;
@@ -138,7 +138,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn is_eog(args) as "Lugh::Tokenizer->is_eog" {
-        args.expect(2, 2, c"self, id");
+        args.expect(2, 2, "self, id")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let id = perl.int_arg(args.get(1), "token id")?;
@@ -146,14 +146,14 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn eog_ids(args) as "Lugh::Tokenizer->eog_ids" {
-        args.expect(1, 1, c"self");
+        args.expect(1, 1, "self")?;
         let vocab = this(args)?;
         let perl = args.perl();
         Ok(Ret::List(vocab.eog_ids().iter().map(|&id| perl.int(id as i64)).collect()))
     }
 
     fn _info(args) {
-        args.expect(2, 2, c"self, name");
+        args.expect(2, 2, "self, name")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(1), "name")?;
@@ -179,7 +179,7 @@ xs_subs! { "Lugh::Tokenizer";
     }
 
     fn _decoder(args) as "Lugh::Tokenizer->decoder" {
-        args.expect(2, 2, c"self, special");
+        args.expect(2, 2, "self, special")?;
         let vocab = this(args)?;
         let perl = args.perl();
         let piece_decoder = vocab.piece_decoder(perl.is_true(args.get(1)));
@@ -220,7 +220,7 @@ pub mod decoder_subs {
         }
 
         fn flush(args) as "Lugh::Tokenizer::Decoder->flush" {
-            args.expect(1, 1, c"self");
+            args.expect(1, 1, "self")?;
             let d = decoder(args)?;
             let mut text = String::new();
             let mut guard = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -232,14 +232,14 @@ pub mod decoder_subs {
         }
 
         fn pending(args) as "Lugh::Tokenizer::Decoder->pending" {
-            args.expect(1, 1, c"self");
+            args.expect(1, 1, "self")?;
             let d = decoder(args)?;
             let held = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).1.pending().to_vec();
             Ok(Ret::One(args.perl().bytes(&held)))
         }
 
         fn reset(args) as "Lugh::Tokenizer::Decoder->reset" {
-            args.expect(1, 1, c"self");
+            args.expect(1, 1, "self")?;
             let d = decoder(args)?;
             let mut guard = d.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let special = guard.0.special();

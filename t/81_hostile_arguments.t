@@ -1,0 +1,315 @@
+# Every public function and method, called with arguments whose reading runs
+# perl code that dies: a tied scalar whose FETCH dies, an object whose
+# overloaded "", 0+ and bool die, a tied array whose FETCHSIZE or element FETCH
+# dies, a hash with such a value, a callback returning such an object. Each
+# call croaks (or ignores the value), and afterwards no Lugh object, worker
+# thread or memory is left behind: a die while Lugh reads a value must never
+# jump over Lugh's native frames. The list of calls is checked against the
+# methods the packages define, so a new public method without an entry here
+# fails this test. Needs no downloaded model.
+use strict;
+use warnings;
+use Test::More;
+use File::Temp qw(tempdir);
+use lib 't/lib';
+use LughTest::TinyModel qw(tiny_model);
+use Lugh;
+
+package Hostile::Scalar {
+    sub TIESCALAR { my ($class) = @_; return bless {}, $class }
+    sub FETCH     { die "hostile FETCH\n" }
+    sub STORE     { }
+}
+
+package Hostile::Array {
+    sub TIEARRAY  { my ($class, $die_in) = @_; return bless { die_in => $die_in }, $class }
+    sub FETCHSIZE { die "hostile FETCHSIZE\n" if $_[0]{die_in} eq 'size'; return 3 }
+    sub FETCH     { die "hostile element FETCH\n" }
+    sub STORE     { }
+}
+
+package Hostile::Overload {
+    use overload
+        '""'     => sub { die "hostile stringify\n" },
+        '0+'     => sub { die "hostile numify\n" },
+        'bool'   => sub { die "hostile bool\n" },
+        fallback => 0;
+    sub new { return bless {}, shift }
+}
+
+package main;
+
+my $dir  = tempdir(CLEANUP => 1);
+my $path = tiny_model($dir);
+my $msg  = { role => 'user', content => 'hi' };
+my @gen  = (max_tokens => 2, greedy => 1);
+
+# The objects the calls use, made afresh for each method and freed after it,
+# so that anything a call leaves alive shows in the counts.
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec);
+sub make_fixtures {
+    $model  = Lugh::Model->new(model => $path);
+    $inf    = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 64);
+    $tok    = Lugh::Tokenizer->new(model => $model);
+    $cache  = $inf->create_kv_cache;
+    $pool   = $inf->create_memory_pool;
+    $logits = $inf->forward([ 1, 2, 3 ], as_object => 1);
+    $chat   = Lugh::Chat->new(inference => $inf, format => 'chatml', max_tokens => 2, greedy => 1);
+    $prompt = Lugh::Prompt->new(format => 'chatml');
+    $dec    = $tok->decoder;
+}
+sub free_fixtures { undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec }
+
+# name => the argument list of a valid call (for a method, the invocant first).
+my %CALLS = (
+    'Lugh::available_backends'     => sub { () },
+    'Lugh::backend_available'      => sub { ('CPU') },
+    'Lugh::backend_count'          => sub { () },
+    'Lugh::backend_device_count'   => sub { () },
+    'Lugh::backend_info'           => sub { ('CPU') },
+    'Lugh::best_backend'           => sub { () },
+    'Lugh::cpu_features'           => sub { () },
+    'Lugh::ggml_version'           => sub { () },
+    'Lugh::has_metal'              => sub { () },
+    'Lugh::metal_available'        => sub { () },
+    'Lugh::srand'                  => sub { (42) },
+    'Lugh::supported_architectures' => sub { () },
+    'Lugh::version'                => sub { () },
+
+    'Lugh::Model::new'             => sub { ('Lugh::Model', model => $path, use_mmap => 1) },
+    'Lugh::Model::mmap_supported'  => sub { ('Lugh::Model') },
+    'Lugh::Model::get_kv'          => sub { ($model, 'general.architecture') },
+    'Lugh::Model::get_kv_type'     => sub { ($model, 'general.architecture') },
+    'Lugh::Model::tensor_info'     => sub { ($model, 'token_embd.weight') },
+    'Lugh::Model::tensor_type_name' => sub { ($model, 'token_embd.weight') },
+    (map { my $m = $_; ("Lugh::Model::$m" => sub { ($model) }) }
+        qw(arch_has_combined_qkv arch_has_ffn_gate arch_has_post_norm arch_is_recurrent arch_type architecture
+        file_type filename gguf_version kv_keys mmap_size n_ctx_train n_embd n_ff n_head n_head_kv n_kv n_layer
+        n_params n_tensors n_vocab norm_eps rope_freq_base size_bytes tensor_names use_mmap)),
+
+    'Lugh::Tokenizer::new'         => sub { ('Lugh::Tokenizer', model => $model) },
+    'Lugh::Tokenizer::encode'      => sub { ($tok, 'hello world', add_bos => 1, parse_special => 1) },
+    'Lugh::Tokenizer::decode'      => sub { ($tok, [ 10, 20, 30 ], special => 1) },
+    'Lugh::Tokenizer::token_to_piece' => sub { ($tok, 10, special => 1) },
+    'Lugh::Tokenizer::token_to_text'  => sub { ($tok, 10) },
+    'Lugh::Tokenizer::text_to_token'  => sub { ($tok, 'a') },
+    'Lugh::Tokenizer::type'        => sub { ($tok, 10) },
+    'Lugh::Tokenizer::is_eog'      => sub { ($tok, 10) },
+    'Lugh::Tokenizer::decoder'     => sub { ($tok, special => 1) },
+    (map { my $m = $_; ("Lugh::Tokenizer::$m" => sub { ($tok) }) }
+        qw(add_bos add_eos add_space_prefix algorithm bos_id eog_ids eom_id eos_id eot_id mask_id model_name
+        n_vocab pad_id pre_tokenizer sep_id unk_id)),
+    'Lugh::Tokenizer::Decoder::add'   => sub { ($dec, 10) },
+    (map { my $m = $_; ("Lugh::Tokenizer::Decoder::$m" => sub { ($dec) }) } qw(flush pending reset)),
+
+    'Lugh::Inference::new'         => sub { ('Lugh::Inference', model => $model, n_threads => 1, n_ctx => 32) },
+    'Lugh::Inference::forward'     => sub { ($inf, tokens => [ 1, 2, 3 ], cache => $cache, pool => $pool) },
+    'Lugh::Inference::forward_simple' => sub { ($inf, [ 1, 2, 3 ]) },
+    'Lugh::Inference::forward_all' => sub { ($inf, [ 1, 2, 3 ], as_object => 1) },
+    'Lugh::Inference::forward_cache' => sub { ($inf, $cache, [ 1, 2 ]) },
+    'Lugh::Inference::forward_pool' => sub { ($inf, $pool, [ 1, 2 ]) },
+    'Lugh::Inference::forward_with_pool' => sub { ($inf, $pool, [ 1, 2 ]) },
+    'Lugh::Inference::forward_cache_pool' => sub { ($inf, $cache, $pool, [ 1, 2 ]) },
+    'Lugh::Inference::forward_batch' => sub { ($inf, [ [ 1, 2 ], [ 3, 4 ] ]) },
+    'Lugh::Inference::forward_batch_pool' => sub { ($inf, $pool, [ [ 1, 2 ], [ 3 ] ]) },
+    'Lugh::Inference::sample'      => sub { ($inf, [ 0.5, 1.5, 0.25 ], temperature => 0.7, top_k => 2, seed => 3) },
+    'Lugh::Inference::sample_top_k' => sub { ($inf, $logits, top_k => 3, seed => 1) },
+    'Lugh::Inference::sample_top_p' => sub { ($inf, $logits, top_p => 0.9, seed => 1) },
+    'Lugh::Inference::generate'    => sub {
+        ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {})
+    },
+    'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
+    'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
+    (map { my $m = $_; ("Lugh::Inference::$m" => sub { ($inf) }) }
+        qw(architecture backend create_kv_cache create_memory_pool flash_attn head_dim model n_batch n_ctx
+        n_ctx_train n_embd n_ff n_head n_head_kv n_layer n_rot n_threads n_vocab norm_eps rope_freq_base)),
+
+    'Lugh::KVCache::new'           => sub { ('Lugh::KVCache', n_layer => 2, n_ctx => 16, n_head_kv => 2, head_dim => 8) },
+    'Lugh::KVCache::resize'        => sub { ($cache, 0) },
+    (map { my $m = $_; ("Lugh::KVCache::$m" => sub { ($cache) }) } qw(clear n_cached n_ctx n_layer tokens)),
+
+    'Lugh::MemoryPool::new'        => sub { ('Lugh::MemoryPool') },
+    (map { my $m = $_; ("Lugh::MemoryPool::$m" => sub { ($pool) }) } qw(backend n_allocations reset)),
+
+    'Lugh::Logits::new'            => sub { ('Lugh::Logits', [ 1, 2, 3 ]) },
+    'Lugh::Logits::get'            => sub { ($logits, 1) },
+    'Lugh::Logits::top_k'          => sub { ($logits, 2) },
+    'Lugh::Logits::softmax'        => sub { ($logits, temperature => 0.5) },
+    'Lugh::Logits::log_softmax'    => sub { ($logits, temperature => 0.5) },
+    (map { my $m = $_; ("Lugh::Logits::$m" => sub { ($logits) }) } qw(argmax n_vocab packed to_list)),
+
+    'Lugh::Prompt::new'            => sub { ('Lugh::Prompt', format => 'chatml') },
+    'Lugh::Prompt::apply'          => sub { ($prompt, $msg, add_generation_prompt => 1) },
+    'Lugh::Prompt::format_message' => sub { ($prompt, user => 'hi') },
+    'Lugh::Prompt::has_format'     => sub { ('Lugh::Prompt', 'chatml') },
+    'Lugh::Prompt::get_format'     => sub { ('Lugh::Prompt', 'chatml') },
+    'Lugh::Prompt::format_for_architecture' => sub { ('Lugh::Prompt', 'qwen2') },
+    'Lugh::Prompt::available_formats' => sub { ('Lugh::Prompt') },
+    (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($prompt) }) } qw(format_name template)),
+    (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($msg) }) }
+        qw(alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr)),
+
+    'Lugh::Chat::new'              => sub { ('Lugh::Chat', inference => $inf, format => 'chatml', max_tokens => 2) },
+    'Lugh::Chat::ask'              => sub { ($chat, 'hi', max_tokens => 2, callback => sub {0}) },
+    'Lugh::Chat::say'              => sub { ($chat, 'hi', max_tokens => 2) },
+    'Lugh::Chat::add_message'      => sub { ($chat, user => 'hi') },
+    'Lugh::Chat::system'           => sub { ($chat, 'Be brief.') },
+    'Lugh::Chat::messages'         => sub { ($chat, [$msg]) },
+    (map { my $m = $_; ("Lugh::Chat::$m" => sub { ($chat) }) }
+        qw(cache finish_reason inference prompt reset stats tokenizer)),
+);
+
+# The public subs the packages define (XS and perl).
+sub public_subs {
+    my @found;
+    my @packages = ('Lugh');
+    while (my $package = shift @packages) {
+        no strict 'refs';
+        for my $name (sort keys %{"${package}::"}) {
+            if ($name =~ /\A(\w+)::\z/) {
+                push @packages, "${package}::$1";
+                next;
+            }
+            next if $name =~ /\A_/ || $name =~ /\A[A-Z_]+\z/ || $name eq 'bootstrap';
+            push @found, "${package}::$name" if defined &{"${package}::$name"};
+        }
+    }
+    return sort @found;
+}
+
+my @public = public_subs();
+my @missing = grep { !$CALLS{$_} } @public;
+is("@missing", '', 'every public sub has a call in this test') or diag "add: @missing";
+
+sub n_threads { my @t = glob("/proc/$$/task/*"); return scalar @t }
+my $has_proc = -d "/proc/$$/task";
+
+# Replacements for one argument: [what, value maker].
+sub hostile_variants {
+    my ($value) = @_;
+    my @v = (
+        [ 'tied scalar' => sub { tie my $s, 'Hostile::Scalar'; \$s } ],
+        [ 'overloaded object' => sub { \Hostile::Overload->new } ],
+    );
+    if (ref $value eq 'ARRAY') {
+        push @v, [ 'tied array (FETCHSIZE dies)' => sub { tie my @a, 'Hostile::Array', 'size'; \\@a } ];
+        push @v, [ 'tied array (FETCH dies)' => sub { tie my @a, 'Hostile::Array', 'fetch'; \\@a } ];
+        if (@$value) {
+            push @v, [ 'array with a tied element' => sub { my @a = @$value; tie $a[-1], 'Hostile::Scalar'; \\@a } ];
+            push @v, [ 'array with an overloaded element' => sub { \[ @$value[ 0 .. $#$value - 1 ], Hostile::Overload->new ] } ];
+        }
+    }
+    if (ref $value eq 'HASH') {
+        push @v, [ 'hash with a tied value' => sub { my %h = %$value; tie $h{content}, 'Hostile::Scalar'; \\%h } ];
+    }
+    if (ref $value eq 'CODE') {
+        push @v, [ 'callback returning an overloaded object' => sub { \sub { Hostile::Overload->new } } ];
+    }
+    return @v;
+}
+
+my $live   = Lugh::_live_objects();
+my $engine = Lugh::_live_engine();
+my $thread = n_threads();
+my ($calls, $croaks) = (0, 0);
+for my $name (grep { $CALLS{$_} } @public) {
+    no strict 'refs';
+    my $code = \&{$name};
+    make_fixtures();
+    my @valid = $CALLS{$name}->();
+    my @bad;
+    for my $at (0 .. $#valid) {
+        for my $variant (hostile_variants($valid[$at])) {
+            my ($what, $make) = @$variant;
+            my @args = @valid;
+            # The replacement is made in place, so a tied scalar stays tied in @_.
+            my $ref = $make->();
+            if (ref $ref eq 'SCALAR' && tied $$ref) { tie $args[$at], 'Hostile::Scalar' }
+            else { $args[$at] = $$ref }
+            my $out = '';
+            my $ok = do {
+                local *STDOUT;
+                open STDOUT, '>', \$out or die;
+                local $SIG{__WARN__} = sub { };
+                eval { $code->(@args); 1 };
+            };
+            my $error = $@;
+            $calls++;
+            next if $ok;
+            $croaks++;
+            push @bad, "argument $at ($what): empty error" unless defined $error && length "$error";
+        }
+    }
+    @valid = ();
+    free_fixtures();
+    is("@bad", '', "$name: each hostile argument croaks with a message");
+    is(Lugh::_live_objects(), $live, "$name: no Lugh object left behind");
+    is(Lugh::_live_engine(), $engine, "$name: no model or session left alive in native code");
+    is(n_threads(), $thread, "$name: no thread left behind") if $has_proc;
+}
+note "$calls hostile calls, $croaks croaked";
+make_fixtures();
+
+# The messages name the method and the argument when Lugh itself reads it.
+{
+    tie my @tokens, 'Hostile::Array', 'fetch';
+    eval { $inf->forward(\@tokens) };
+    like($@, qr/\ALugh::Inference->forward: tokens died when read: hostile element FETCH at \S+ line \d+/,
+        'a dying element FETCH names the method and the argument');
+    tie my $fetch, 'Hostile::Scalar';
+    eval { Lugh::Model::n_vocab($fetch) };
+    like($@, qr/\ALugh::Model->n_vocab: the Lugh::Model object died when read: hostile FETCH/, 'a dying invocant FETCH too');
+    eval { $inf->generate([ 1, 2 ], @gen, callback => sub { Hostile::Overload->new }) };
+    like($@, qr/hostile bool/, 'a callback result whose bool dies: its exception');
+}
+
+# last/next/redo in a callback stop at Lugh's frame instead of unwinding
+# through it to a loop of the caller.
+for my $keyword (qw(last next redo)) {
+    my $reached = 0;
+    my $code = eval "sub { no warnings 'exiting'; $keyword }" or die $@;
+    for my $once (1) {
+        eval { $inf->generate([ 1, 2 ], @gen, callback => $code) };
+        $reached = 1;
+    }
+    ok($reached, "$keyword in a callback does not leave the caller's loop");
+    like($@, qr/'$keyword' cannot leave a Lugh callback/, "$keyword in a callback croaks saying so");
+}
+OUTER: for my $once (1) {
+    eval { $inf->generate([ 1, 2 ], @gen, callback => sub { no warnings 'exiting'; last OUTER }) };
+    like($@, qr/'last' cannot leave a Lugh callback/, 'last LABEL in a callback croaks too');
+}
+ok($inf->generate([ 1, 2 ], @gen), 'the session still generates');
+
+# $@ of the caller is left alone by Lugh's guarded reads.
+{
+    tie my @tokens, 'Hostile::Array', 'fetch';
+    $@ = 'before';
+    my @l = $inf->forward([ 1, 2 ]);
+    is($@, 'before', '$@ untouched by a call that succeeds');
+}
+
+# Memory stays flat over many dying calls (Linux: resident set from /proc).
+SKIP: {
+    skip 'no /proc/self/statm', 1 unless -r "/proc/$$/statm";
+    my $rss = sub { open my $f, '<', "/proc/$$/statm" or die; my @f = split ' ', scalar <$f>; $f[1] * 4096 };
+    tie my @tokens, 'Hostile::Array', 'fetch';
+    my $round = sub {
+        for (1 .. $_[0]) {
+            eval { $inf->forward(\@tokens) };
+            eval { $inf->generate([ 1, 2 ], @gen, callback => sub { Hostile::Overload->new }) };
+            eval { $inf->sample(\@tokens) };
+        }
+    };
+    $round->(100);
+    my $before = $rss->();
+    $round->(1000);
+    my $grown = $rss->() - $before;
+    cmp_ok($grown, '<', 4e6, 'RSS flat over 1,000 rounds of dying calls') or diag "grew by $grown bytes";
+}
+free_fixtures();
+is(Lugh::_live_objects(), $live, 'in the end no Lugh object is left');
+is(Lugh::_live_engine(), $engine, 'in the end no model or session is left');
+is(n_threads(), $thread, 'in the end no thread is left') if $has_proc;
+
+done_testing;
