@@ -20,12 +20,18 @@ XSLoader::load('Lugh', $VERSION);
 
 # Every error Lugh raises goes through here: it names the line of the first
 # caller outside Lugh's own packages, so a message points at the user's code.
-sub _croak {
+sub _croak { die _at_caller($_[0]) }
+
+# A warning from Lugh, at the user's line (the native code warns through it).
+sub _warn { warn _at_caller($_[0]) }
+
+# The message with " at FILE line N." of the first caller outside Lugh.
+sub _at_caller {
     my ($message) = @_;
-    my $level = 0;
+    my $level = 1;
     $level++ while (caller($level))[0] && (caller($level))[0] =~ /\ALugh(?:::|\z)/;
     my (undef, $file, $line) = caller($level);
-    die defined $file ? "$message at $file line $line.\n" : "$message\n";
+    return defined $file ? "$message at $file line $line.\n" : "$message\n";
 }
 
 # name => value pairs checked against a defaults hash; returns the merged
@@ -38,6 +44,22 @@ sub _options {
         _croak("$method: unknown option '$unknown[0]' (valid options: " . join(', ', sort keys %$defaults) . ')');
     }
     return (%$defaults, %args);
+}
+
+# Read-only accessors declared as rows of a native table: one method per
+# name that PACKAGE::_accessor_names gives, each reading through
+# PACKAGE::_accessor.
+sub _install_accessors {
+    my ($package) = @_;
+    no strict 'refs';
+    my $read = \&{"${package}::_accessor"};
+    my $object = lc( ($package =~ /(\w+)\z/)[0] );
+    for my $name (&{"${package}::_accessor_names"}()) {
+        *{"${package}::$name"} = sub {
+            _croak("Usage: \$$object->$name") unless @_ == 1;
+            return $read->($_[0], $name);
+        };
+    }
 }
 
 require Lugh::Model;
@@ -110,17 +132,91 @@ Lugh - run large language models locally, on ggml, from Perl
 
     use Lugh;
 
-    my $model = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
-    printf "%s, %d layers, %s\n", $model->architecture, $model->n_layer, $model->file_type;
+    my $model     = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    my $tokenizer = Lugh::Tokenizer->new(model => $model);
+    my $inference = Lugh::Inference->new(model => $model);
 
-    print join(',', Lugh::available_backends()), "\n";    # CPU
+    # Continue a text, printing it as it comes.
+    my @prompt = $tokenizer->encode('The capital of France is');
+    $inference->generate(\@prompt, max_tokens => 20, greedy => 1,
+        on_text => sub { print $_[0]; 0 });
+
+    # Or chat, with the model's own template.
+    my $chat = Lugh::Chat->new(inference => $inference, system => 'Be brief.');
+    print $chat->ask('Name three rivers.'), "\n";
 
 =head1 DESCRIPTION
 
 Lugh loads GGUF model files and runs them with the ggml tensor library
-(version 0.26.0, the one llama.cpp is built on). Its native core is written in
-Rust. This page documents the functions of the top-level package; see
-L<Lugh::Model> for models.
+(version 0.26.0, the one llama.cpp is built on), with llama.cpp's numbers:
+the same logits for the same file on the same kind of CPU. Its native core is
+written in Rust. This page documents the functions of the top-level package
+and the rules every package follows; each package has its own page.
+
+=head2 The packages
+
+=over
+
+=item L<Lugh::Model>
+
+A GGUF file, memory-mapped: metadata, tensors, hyperparameters.
+
+=item L<Lugh::Tokenizer>
+
+Text to token ids and back (SentencePiece and byte-level BPE vocabularies,
+as llama.cpp tokenizes them), with a streaming decoder.
+
+=item L<Lugh::Inference>
+
+A session that runs the transformer: C<forward> (logits), C<sample>,
+C<generate> (with callbacks, stop strings, statistics).
+
+=item L<Lugh::KVCache>, L<Lugh::MemoryPool>
+
+The state a session keeps between calls: the attention cache of a
+conversation, and a reusable compute allocation.
+
+=item L<Lugh::Logits>
+
+A vector of logits kept in native memory (softmax, top-k, argmax).
+
+=item L<Lugh::Prompt>, L<Lugh::Chat>
+
+Chat templates (the model's own, or a named format) and multi-turn
+conversations that reuse the cache.
+
+=back
+
+The C<lugh> command-line program (C<lugh generate>, C<lugh chat>, C<lugh
+info>) is built on these.
+
+=head2 Rules every package follows
+
+=over
+
+=item Options
+
+Methods take C<< name => value >> pairs. An unknown name croaks, listing the
+valid ones; an undef value means the default.
+
+=item Errors
+
+Every error is a croak whose message starts with the method
+(C<< Lugh::Inference->generate: ... >>) and ends with your file and line. After
+one, the objects you hold are still usable. A C<die> in a callback stops the
+call and is rethrown as it was.
+
+=item Lists
+
+A method that returns a list returns, in scalar context, an array reference
+to that list: C<< my $ids = $tokenizer->encode($text) >> holds all the ids.
+
+=item Threads
+
+Objects are not copied into new Perl threads (C<CLONE_SKIP>); one object may
+be used from one thread at a time.
+
+=back
 
 =head1 FUNCTIONS
 
@@ -275,10 +371,33 @@ touched, nor used by Lugh.
 
 =item LUGH_DEBUG
 
-When set to a true value, ggml's own log messages go to STDERR. By default
-they are silent.
+When set to a true value, Lugh says what it does on STDERR, one line per
+event (a model opened, weights placed or shared, a session made, a KV cache
+made, each C<forward> and C<generate> with its time), and ggml's own log
+messages go there too. By default both are silent.
+
+    LUGH_DEBUG=1 perl -MLugh -e 'Lugh::Model->new(model => shift)' model.gguf
+    # Lugh: opened 'model.gguf' in 1.2 ms: architecture llama, 272 tensors, 93.8 MiB mapped
 
 =back
+
+=head1 SEE ALSO
+
+L<Lugh::Model>, L<Lugh::Tokenizer>, L<Lugh::Inference>, L<Lugh::KVCache>,
+L<Lugh::MemoryPool>, L<Lugh::Logits>, L<Lugh::Prompt>, L<Lugh::Chat>, the
+C<lugh> program (C<perldoc lugh>), and README.pod for installing and the
+parity with llama.cpp. llama.cpp (L<https://github.com/ggml-org/llama.cpp>)
+is the reference Lugh's numbers are checked against.
+
+=head1 BUGS
+
+Report bugs at the project's issue tracker, with the output of
+C<lugh --version>, the model file's name and the smallest script that shows
+the problem. Run it with C<LUGH_DEBUG=1> and include what that prints.
+
+=head1 AUTHOR
+
+The Lugh developers.
 
 =head1 LICENSE
 

@@ -101,7 +101,8 @@ sub messages {
         Lugh::_croak('Usage: $chat->messages or $chat->messages(\@messages)') unless @new == 1 && ref $list eq 'ARRAY';
         $self->{messages} = [ map { _message($_, 'Lugh::Chat->messages') } @$list ];
     }
-    return map { {%$_} } @{ $self->{messages} };
+    my @messages = map { {%$_} } @{ $self->{messages} };
+    return wantarray ? @messages : \@messages;
 }
 
 sub add_message {
@@ -337,7 +338,7 @@ Appends one message without generating.
 
 =head2 system
 
-    print $chat->system;            # the system text, or undef
+    print $chat->system;            # (the system text, or undef)
     $chat->system('Answer in French.');
     $chat->system(undef);           # no system message
 

@@ -6,33 +6,12 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
-use Scalar::Util ();
 
 our $VERSION = '0.20';
 
-# Options of new(); undef = the engine's default (see the POD).
-my %DEFAULTS = (model => undef, backend => 'auto', n_threads => undef, n_ctx => undef, flash_attn => 'auto',
-    n_batch => undef);
-
-# Sampling options shared by sample() and generate().
-my %SAMPLING = (
-    greedy            => 0,
-    temperature       => 0.8,
-    top_k             => 40,
-    top_p             => 0.95,
-    min_p             => 0,
-    repeat_penalty    => 1,
-    presence_penalty  => 0,
-    frequency_penalty => 0,
-    penalty_last_n    => 64,
-    seed              => undef,
-);
-my @SAMPLING_ORDER = qw(greedy temperature top_k top_p min_p repeat_penalty presence_penalty frequency_penalty
-    penalty_last_n seed);
-
-my %SAMPLE_DEFAULTS   = (%SAMPLING, history => undef);
-my %GENERATE_DEFAULTS = (%SAMPLING, max_tokens => 128, eos_token => undef, stop => [], callback => undef,
-    on_text => undef, cache => undef, stats => undef, logprobs => undef);
+# The options of new(), sample() and generate() are declared once, in the
+# XS subs' tables (xs-rs/subs/inference.rs): new, sample, sample_top_p and
+# sample_top_k are XS subs themselves.
 my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds generate_seconds);
 
 # The forward family: for each spelling, the leading positional arguments it
@@ -52,27 +31,8 @@ my %FORWARD = (
         batch => 1, needs => 'pool' },
 );
 
-sub new {
-    my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Inference->new', \%DEFAULTS, @args);
-    Lugh::_croak('Lugh::Inference->new: missing model => $model (a Lugh::Model)') unless defined $opt{model};
-    my $flash = $opt{flash_attn};
-    my $flash_code
-        = !defined $flash || $flash eq 'auto' ? -1
-        : $flash =~ /\A[01]\z/ ? $flash
-        : Lugh::_croak("Lugh::Inference->new: flash_attn must be 0, 1 or 'auto', got '$flash'");
-    my $backend = defined $opt{backend} && lc $opt{backend} eq 'auto' ? undef : $opt{backend};
-    return _new($class, $opt{model}, $backend, $opt{n_threads}, $opt{n_ctx}, $flash_code, $opt{n_batch});
-}
-
-# Settings and hyperparameters: one accessor per name in the engine's table.
-for my $name (_setting_names()) {
-    no strict 'refs';
-    *{$name} = sub {
-        Lugh::_croak("Usage: \$inference->$name") unless @_ == 1;
-        return _setting($_[0], $name);
-    };
-}
+# Settings and hyperparameters: one accessor per row of the XS table.
+Lugh::_install_accessors(__PACKAGE__);
 
 # The forward family: one parser, one dispatcher.
 for my $name (keys %FORWARD) {
@@ -119,57 +79,14 @@ sub _forward_any {
     return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object});
 }
 
-sub sample {
-    my ($self, $logits, @args) = @_;
-    return $self->_sample_with('sample', \%SAMPLE_DEFAULTS, {}, $logits, @args);
-}
-
-sub sample_top_p {
-    my ($self, $logits, @args) = @_;
-    my %defaults = map { $_ => $SAMPLING{$_} } qw(temperature top_p seed);
-    return $self->_sample_with('sample_top_p', \%defaults, { top_k => 0 }, $logits, @args);
-}
-
-sub sample_top_k {
-    my ($self, $logits, @args) = @_;
-    my %defaults = map { $_ => $SAMPLING{$_} } qw(temperature top_k seed);
-    return $self->_sample_with('sample_top_k', \%defaults, { top_p => 1 }, $logits, @args);
-}
-
-sub _sample_with {
-    my ($self, $name, $defaults, $fixed, $logits, @args) = @_;
-    my $method = "Lugh::Inference->$name";
-    Lugh::_croak("$method: the first argument must be an array reference of logits or a Lugh::Logits")
-        unless ref $logits eq 'ARRAY' || Scalar::Util::blessed($logits) && $logits->isa('Lugh::Logits');
-    my %opt = (%SAMPLE_DEFAULTS, Lugh::_options($method, $defaults, @args), %$fixed);
-    return _sample($self, $logits, $opt{history}, @opt{@SAMPLING_ORDER});
-}
-
 sub generate {
-    my ($self, @args) = @_;
-    my $prompt = ref $args[0] eq 'ARRAY' ? shift @args : undef;
-    my %opt = Lugh::_options('Lugh::Inference->generate', { %GENERATE_DEFAULTS, prompt => undef }, @args);
-    Lugh::_croak('Lugh::Inference->generate: give the prompt once') if $prompt && defined $opt{prompt};
-    $prompt //= $opt{prompt};
-    Lugh::_croak('Lugh::Inference->generate: missing prompt (an array of token ids)') unless defined $prompt;
-    my $stop = !defined $opt{stop} ? [] : ref $opt{stop} eq 'ARRAY' ? $opt{stop} : [ $opt{stop} ];
-    my $stats = $opt{stats};
-    Lugh::_croak('Lugh::Inference->generate: stats must be a hash reference to fill, like stats => \\my %stats')
-        if defined $stats && ref $stats ne 'HASH';
-    # Each callback's result is tested for truth inside the call (which runs
-    # under an eval), so a result whose bool overload dies throws like a die
-    # in the callback, and the session is released.
-    my @callbacks = map { my $cb = $_; ref $cb eq 'CODE' ? sub { $cb->(@_) ? 1 : 0 } : $cb } @opt{qw(callback on_text)};
-    # The text is made only when it is read (stats, on_text, stop strings).
-    my ($ids, @report) = _generate($self, $prompt, $opt{cache}, @opt{qw(max_tokens eos_token)}, $stop, @callbacks,
-        defined $stats ? 1 : 0, $opt{logprobs}, @opt{@SAMPLING_ORDER});
-    Lugh::_croak('Lugh::Inference->generate: logprobs needs stats => \\%stats to report them in')
-        if defined $opt{logprobs} && !$stats;
+    my $self = shift;
+    my ($ids, $stats, @report) = _generate($self, @_);
     if ($stats) {
         my $logprobs = pop @report;
         %$stats = (n_generated => scalar @$ids);
         @{$stats}{@STATS} = @report;
-        $stats->{logprobs} = $self->_logprob_entries($logprobs) if defined $opt{logprobs};
+        $stats->{logprobs} = $self->_logprob_entries($logprobs) if defined $logprobs;
         for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
             ['tokens_per_second', 'n_generated', 'generate_seconds'])
         {
@@ -205,9 +122,6 @@ sub _logprob_entries {
         } @$rows
     ];
 }
-
-# The option names generate() accepts (Lugh::Chat passes them on).
-sub _generate_options { return sort keys %GENERATE_DEFAULTS }
 
 sub chat {
     my ($self, @args) = @_;
@@ -306,7 +220,7 @@ C<'auto'> was asked for).
 
 =head2 n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, n_ctx_train, rope_freq_base, norm_eps, architecture
 
-    print $inference->n_vocab, "\n";    # 49152 for SmolLM2
+    print $inference->n_vocab, "\n";    # 49152 (SmolLM2)
     printf "%d layers, %d wide, %d heads (%d for K/V) of %d\n", $inference->n_layer,
         $inference->n_embd, $inference->n_head, $inference->n_head_kv, $inference->head_dim;
 
@@ -610,7 +524,7 @@ llama.cpp).
 =head2 create_memory_pool
 
     my $pool = $inference->create_memory_pool;
-    $inference->forward_pool($pool, \@tokens) for 1 .. 3;    # one allocation
+    $inference->forward_pool($pool, [504, 3575, 282]) for 1 .. 3;    # one allocation
     print $pool->n_allocations, "\n";                         # 1
 
 A new L<Lugh::MemoryPool>: a compute allocation reused by the forward passes

@@ -9,26 +9,10 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-# Counts, all answered by one XS sub.
-for my $name (qw(n_cached n_ctx n_layer)) {
-    no strict 'refs';
-    *{$name} = sub {
-        Lugh::_croak("Usage: \$cache->$name") unless @_ == 1;
-        return _count($_[0], $name);
-    };
-}
+# Counts: one accessor per row of the XS table.
+Lugh::_install_accessors(__PACKAGE__);
 
-my %SHAPE = map { $_ => undef } qw(n_layer n_ctx n_head_kv head_dim);
-
-sub new {
-    my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::KVCache->new', \%SHAPE, @args);
-    for my $name (qw(n_layer n_ctx n_head_kv head_dim)) {
-        Lugh::_croak("Lugh::KVCache->new: missing $name (or make the cache with \$inference->create_kv_cache)")
-            unless defined $opt{$name};
-    }
-    return _new($class, @opt{qw(n_layer n_ctx n_head_kv head_dim)});
-}
+# new() is an XS sub; its options are declared in xs-rs/subs/kv_cache.rs.
 
 # Objects hold native state that must not be copied into a new thread.
 sub CLONE_SKIP { 1 }

@@ -43,7 +43,7 @@ Lugh::Logits - next-token scores kept on the native side
     my $inference = Lugh::Inference->new(model => $model);
 
     my $logits = $inference->forward([504, 3575, 282, 4649, 314], as_object => 1);
-    print $logits->argmax, "\n";                       # 7042, " Paris"
+    print $logits->argmax, "\n";                       # 7042 (" Paris")
     for my $pair ($logits->top_k(5)) {
         my ($id, $score) = @$pair;
         printf "%6d %8.3f\n", $id, $score;

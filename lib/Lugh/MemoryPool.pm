@@ -31,7 +31,8 @@ Lugh::MemoryPool - a compute allocation reused between forward passes
     my $inference = Lugh::Inference->new(model => $model);
     my $pool      = $inference->create_memory_pool;
 
-    for my $tokens ([504, 3575, 282], [6403, 1980, 253, 655]) {
+    # the longest input first: the shorter ones fit in its allocation
+    for my $tokens ([6403, 1980, 253, 655], [504, 3575, 282], [314]) {
         my @logits = $inference->forward_pool($pool, $tokens);
     }
     print $pool->backend, ": ", $pool->n_allocations, " allocation(s)\n";   # CPU: 1 allocation(s)

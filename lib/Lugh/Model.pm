@@ -9,48 +9,15 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-my %DEFAULTS = (model => undef, use_mmap => 1, prefetch => 0);
-# Other names for options (Lugh 0.12 called use_mmap "mmap").
-my %ALIASES = (file => 'model', path => 'model', mmap => 'use_mmap');
-
-sub new {
-    my ($class, @args) = @_;
-    Lugh::_croak('Lugh::Model->new: arguments must be name => value pairs') if @args % 2;
-    my %args = @args;
-    for my $alias (sort keys %ALIASES) {
-        next unless exists $args{$alias};
-        my $name = $ALIASES{$alias};
-        if (exists $args{$name}) {
-            my @same = sort grep { $ALIASES{$_} eq $name } keys %ALIASES;
-            Lugh::_croak("Lugh::Model->new: give only one of " . join(', ', $name, @same));
-        }
-        $args{$name} = delete $args{$alias};
-    }
-    if (my @unknown = grep { !exists $DEFAULTS{$_} } sort keys %args) {
-        Lugh::_croak("Lugh::Model->new: unknown option '$unknown[0]' (valid options: "
-                . join(', ', sort(keys %DEFAULTS), sort(keys %ALIASES)) . ')');
-    }
-    my %opt = (%DEFAULTS, %args);
-    Lugh::_croak('Lugh::Model->new: missing model => $path (the GGUF file to load)')
-        unless defined $opt{model} && length $opt{model};
-    Lugh::_croak('Lugh::Model->new: prefetch reads the mapping in ahead, so it needs use_mmap => 1')
-        if $opt{prefetch} && !$opt{use_mmap};
-    return _open($class, $opt{model}, $opt{use_mmap} ? 1 : 0, $opt{prefetch} ? 1 : 0);
-}
+# new() is an XS sub: its options (model, alias file/path; use_mmap, alias
+# mmap; prefetch) are declared once, in xs-rs/subs/model.rs.
 
 # Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows
 # file mappings).
 sub mmap_supported { return 1 }
 
-# Hyperparameters and architecture facts, all answered by one XS sub.
-for my $name (qw(n_layer n_embd n_head n_head_kv n_ff n_ctx_train n_vocab rope_freq_base norm_eps
-                 arch_has_combined_qkv arch_has_ffn_gate arch_has_post_norm arch_is_recurrent)) {
-    no strict 'refs';
-    *{$name} = sub {
-        Lugh::_croak("Usage: \$model->$name") unless @_ == 1;
-        return _hparam($_[0], $name);
-    };
-}
+# Hyperparameters and architecture facts: one accessor per row of the XS table.
+Lugh::_install_accessors(__PACKAGE__);
 
 sub arch_type { return $_[0]->architecture }
 
@@ -147,7 +114,7 @@ first dimension is the contiguous one). An empty list for an unknown name.
 
 =head2 tensor_type_name
 
-    print $model->tensor_type_name('token_embd.weight');    # "q4_1"
+    print $model->tensor_type_name('token_embd.weight');    # "q8_0" (in SmolLM2's Q4_1 file)
 
 ggml's name of the tensor's type, or undef for an unknown tensor.
 

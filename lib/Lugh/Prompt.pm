@@ -107,7 +107,10 @@ sub new {
 sub format_name { return $_[0]{format_name} }
 sub template    { return $_[0]{template} }
 
-sub available_formats { return sort keys %FORMATS }
+sub available_formats {
+    my @names = sort keys %FORMATS;
+    return wantarray ? @names : \@names;
+}
 
 sub has_format {
     my ($name) = @_ == 2 ? @_[ 1 .. 1 ] : @_;
@@ -306,7 +309,7 @@ adds the BOS token itself).
 
 =head2 format_name
 
-    print $p->format_name;     # chatml, llama3 ... or 'template'
+    print $chatml->format_name;     # chatml (or llama3 ..., or 'template')
 
 =head2 template
 

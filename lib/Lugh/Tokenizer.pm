@@ -65,15 +65,8 @@ sub decoder {
     return _decoder($self, $opt{special} ? 1 : 0);
 }
 
-# Vocabulary facts, all answered by one XS sub.
-for my $name (qw(n_vocab bos_id eos_id eot_id eom_id pad_id unk_id sep_id mask_id
-                 add_bos add_eos add_space_prefix algorithm model_name pre_tokenizer)) {
-    no strict 'refs';
-    *{$name} = sub {
-        Lugh::_croak("Usage: \$tokenizer->$name") unless @_ == 1 && ref $_[0];
-        return _info($_[0], $name);
-    };
-}
+# Vocabulary facts: one accessor per row of the XS table.
+Lugh::_install_accessors(__PACKAGE__);
 
 # Objects hold native state that must not be copied into a new thread.
 sub CLONE_SKIP { 1 }
@@ -265,7 +258,7 @@ unmapped. Control tokens give an empty string unless C<< special => 1 >>.
 
     my $dec = $tok->decoder;                  # or decoder(special => 1)
     for my $id (@generated) {
-        print $dec->add($id);                 # only whole characters
+        print $dec->add($id);                 # (only whole characters)
     }
     print $dec->flush;
 

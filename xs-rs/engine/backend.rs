@@ -21,7 +21,7 @@ pub struct BackendInfo {
 pub fn init_logging() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let debug = std::env::var("LUGH_DEBUG").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
+        let debug = super::debug::enabled();
         if std::env::var_os("GGML_NO_BACKTRACE").is_none() {
             std::env::set_var("GGML_NO_BACKTRACE", "1");
         }

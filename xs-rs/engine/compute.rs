@@ -109,11 +109,6 @@ impl ComputePool {
         self.n_allocations
     }
 
-    /// Bytes of the current compute buffer.
-    pub fn buffer_size(&self) -> usize {
-        self.buffer_size
-    }
-
     /// Whether a graph of `shape` needs a worst-case reservation first.
     pub(crate) fn needs_reserve(&self, shape: &BatchShape) -> bool {
         !self.reserved.is_some_and(|r| r.covers(shape))

@@ -8,7 +8,7 @@
 #![allow(non_camel_case_types)]
 use super::ggml_sys::{ggml_cgraph, ggml_context, ggml_init_params, ggml_tensor, GGML_MAX_NAME};
 pub use super::ggml_sys::{GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int};
 
 pub const GGML_PREC_F32: c_int = 10;
 
@@ -71,7 +71,6 @@ extern "C" {
     fn ggml_geglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cont(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cont_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
-    fn ggml_cast(ctx: *mut ggml_context, a: *mut ggml_tensor, t: c_int) -> *mut ggml_tensor;
     fn ggml_reshape_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
     fn ggml_reshape_3d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
     fn ggml_view_2d(
@@ -183,10 +182,6 @@ impl Tensor {
     pub fn nbytes(&self) -> usize {
         // SAFETY: the tensor is live.
         unsafe { ggml_nbytes(self.0) }
-    }
-    /// The host address of the data (null until allocated).
-    pub fn data(&self) -> *mut c_void {
-        self.raw().data
     }
     pub fn name(&self) -> String {
         let name = &self.raw().name;
@@ -452,10 +447,6 @@ impl GraphCtx {
     pub fn cont_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_cont_2d(self.c(), a.0, ne0, ne1) })
-    }
-    pub fn cast(&self, a: Tensor, ty: c_int) -> Tensor {
-        // SAFETY: see the note above.
-        Tensor(unsafe { ggml_cast(self.c(), a.0, ty) })
     }
     pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
         // SAFETY: see the note above.

@@ -30,7 +30,6 @@ extern "C" {
     fn ggml_backend_buffer_get_size(buf: ggml_backend_buffer_t) -> usize;
     fn ggml_backend_buffer_clear(buf: ggml_backend_buffer_t, value: u8);
     fn ggml_backend_buffer_set_usage(buf: ggml_backend_buffer_t, usage: c_int);
-    fn ggml_backend_buffer_is_host(buf: ggml_backend_buffer_t) -> bool;
     fn ggml_backend_cpu_buffer_from_ptr(ptr: *mut c_void, size: usize) -> ggml_backend_buffer_t;
     fn ggml_backend_tensor_alloc(buf: ggml_backend_buffer_t, t: *mut ggml_tensor, addr: *mut c_void) -> c_int;
     fn ggml_backend_alloc_ctx_tensors_from_buft(
@@ -209,11 +208,6 @@ impl Drop for Threadpool {
 unsafe impl Send for Backend {}
 
 impl Backend {
-    pub fn name(&self) -> String {
-        // SAFETY: the backend is live; ggml returns its static name.
-        unsafe { sys::c_str(sys::ggml_backend_name(self.ptr)) }
-    }
-
     /// Sets the threads the graphs run on.
     pub fn set_n_threads(&mut self, n: usize) {
         self.n_threads = n;
@@ -335,11 +329,6 @@ impl Buffer {
     pub fn size(&self) -> usize {
         // SAFETY: the buffer is live.
         unsafe { ggml_backend_buffer_get_size(self.ptr) }
-    }
-
-    pub fn is_host(&self) -> bool {
-        // SAFETY: the buffer is live.
-        unsafe { ggml_backend_buffer_is_host(self.ptr) }
     }
 }
 

@@ -138,7 +138,8 @@ pub enum Array {
     F32(Vec<f32>),
     Bool(Vec<bool>),
     Str(Vec<String>),
-    Array(Vec<Array>),
+    /// An array of arrays.
+    Nested(Vec<Array>),
     U64(Vec<u64>),
     I64(Vec<i64>),
     F64(Vec<f64>),
@@ -156,15 +157,11 @@ impl Array {
             Array::F32(v) => v.len(),
             Array::Bool(v) => v.len(),
             Array::Str(v) => v.len(),
-            Array::Array(v) => v.len(),
+            Array::Nested(v) => v.len(),
             Array::U64(v) => v.len(),
             Array::I64(v) => v.len(),
             Array::F64(v) => v.len(),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Element `i` as an integer, for integer arrays.
@@ -202,7 +199,7 @@ impl Array {
             Array::F32(_) => ValueType::F32,
             Array::Bool(_) => ValueType::Bool,
             Array::Str(_) => ValueType::Str,
-            Array::Array(_) => ValueType::Array,
+            Array::Nested(_) => ValueType::Array,
             Array::U64(_) => ValueType::U64,
             Array::I64(_) => ValueType::I64,
             Array::F64(_) => ValueType::F64,
@@ -315,11 +312,12 @@ pub struct Gguf {
     /// Tensors in file order.
     pub tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
-    pub alignment: u64,
     /// Absolute file offset of the data section.
     pub data_offset: u64,
+    #[cfg(test)]
     pub file_size: u64,
     /// Estimated bytes of memory the parsed header takes (see `Reader::charge`).
+    #[cfg(test)]
     pub header_mem: u64,
 }
 
@@ -461,9 +459,10 @@ impl Gguf {
             kv_index,
             tensors,
             tensor_index,
-            alignment,
             data_offset,
+            #[cfg(test)]
             file_size,
+            #[cfg(test)]
             header_mem: r.mem,
         })
     }
@@ -478,10 +477,6 @@ impl Gguf {
 
     pub fn get_i64(&self, key: &str) -> Option<i64> {
         self.get(key)?.as_i64()
-    }
-
-    pub fn get_f64(&self, key: &str) -> Option<f64> {
-        self.get(key)?.as_f64()
     }
 
     pub fn get_bool(&self, key: &str) -> Option<bool> {
@@ -700,7 +695,7 @@ impl<R: Read> Reader<'_, R> {
                 for _ in 0..n {
                     v.push(self.array(key, depth + 1)?);
                 }
-                Array::Array(v)
+                Array::Nested(v)
             }
         })
     }

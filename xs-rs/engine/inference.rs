@@ -76,6 +76,8 @@ pub struct Inference {
     n_ctx: usize,
     n_batch: usize,
     flash_attn: bool,
+    /// Things the caller should hear about the settings (not errors).
+    warnings: Vec<String>,
     model: Arc<Model>,
 }
 
@@ -159,6 +161,16 @@ impl Inference {
                 spec.name
             )));
         }
+        let mut warnings = Vec::new();
+        if n_ctx > hp.n_ctx_train {
+            // llama.cpp warns too: positions beyond the trained ones work,
+            // but the model has not learned them.
+            warnings.push(format!(
+                "n_ctx {n_ctx} is more than the {} positions '{}' was trained on: output may degrade beyond them",
+                hp.n_ctx_train,
+                model.path().display()
+            ));
+        }
         let n_batch = match options.n_batch {
             Some(n) => in_range("n_batch", n, MAX_CTX)?,
             None => 512,
@@ -189,8 +201,14 @@ impl Inference {
             n_ctx,
             n_batch,
             flash_attn,
+            warnings,
             model,
         })
+    }
+
+    /// Warnings about the settings, for the caller to show.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -215,9 +233,6 @@ impl Inference {
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
     }
-    pub fn n_layer(&self) -> usize {
-        self.hp.n_layer
-    }
     pub fn architecture(&self) -> &'static str {
         self.spec.name
     }
@@ -229,11 +244,6 @@ impl Inference {
     pub fn weights_id(&self) -> usize {
         Arc::as_ptr(&self.weights) as usize
     }
-    /// (buffer type, bytes) of each weights buffer, e.g. ("CPU_REPACK", ...).
-    pub fn weight_placement(&self) -> &[(String, usize)] {
-        &self.weights.placement
-    }
-
     fn cache_layout(&self) -> CacheLayout {
         let hp = &self.hp;
         CacheLayout {

@@ -376,7 +376,7 @@ fn options_and_backends() {
     assert!(inf.flash_attn(), "auto resolves to on for the CPU");
     assert_eq!(inf.n_threads(), physical_cores());
     assert_eq!(inf.n_vocab(), 49152);
-    assert_eq!(inf.n_layer(), 30);
+    assert_eq!(inf.hparams().n_layer, 30);
 }
 
 #[test]

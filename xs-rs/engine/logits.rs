@@ -21,10 +21,6 @@ impl Logits {
         self.values.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
     pub fn get(&self, id: i64) -> Result<f32> {
         usize::try_from(id)
             .ok()

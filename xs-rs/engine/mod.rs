@@ -6,6 +6,7 @@ pub mod chat_template;
 pub mod compute;
 pub mod cpu;
 pub mod cpu_budget;
+pub mod debug;
 pub mod error;
 pub mod generate;
 pub mod ggml_ops;

@@ -33,6 +33,7 @@ impl std::fmt::Debug for Model {
 impl Model {
     /// Opens `path`; with `use_mmap` the file is mapped so that weights are
     /// used in place, without a second copy.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn open(path: &Path, use_mmap: bool) -> Result<Model> {
         Model::open_with(path, use_mmap, false)
     }
@@ -43,6 +44,28 @@ impl Model {
     /// first use.
     pub fn open_with(path: &Path, use_mmap: bool, prefetch: bool) -> Result<Model> {
         super::backend::init_logging();
+        let started = std::time::Instant::now();
+        let model = Model::open_file(path, use_mmap, prefetch)?;
+        crate::debug_log!(
+            "opened '{}' in {:.1} ms: architecture {}, {} tensors, {}",
+            path.display(),
+            started.elapsed().as_secs_f64() * 1e3,
+            model.architecture().unwrap_or("(none)"),
+            model.gguf.tensors.len(),
+            if use_mmap {
+                format!(
+                    "{:.1} MiB mapped{}",
+                    super::debug::mib(model.mapped_bytes()),
+                    if prefetch { ", prefetched" } else { "" }
+                )
+            } else {
+                "read without mmap".into()
+            }
+        );
+        Ok(model)
+    }
+
+    fn open_file(path: &Path, use_mmap: bool, prefetch: bool) -> Result<Model> {
         let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
         // Opening a FIFO blocks until a writer comes, and a device can be
         // endless: only a regular file (through any symlinks) is read.
@@ -112,9 +135,24 @@ impl Model {
         let mut placed = self.placed.lock().unwrap_or_else(|e| e.into_inner());
         placed.retain(|(_, w)| w.strong_count() > 0);
         if let Some(weights) = placed.iter().find(|(d, _)| *d == device).and_then(|(_, w)| w.upgrade()) {
+            crate::debug_log!("weights of '{}' already placed on this device: shared", self.path().display());
             return Ok(weights);
         }
+        let started = std::time::Instant::now();
         let weights = Arc::new(place()?);
+        if super::debug::enabled() {
+            let buffers: Vec<String> = weights
+                .placement
+                .iter()
+                .map(|(buft, bytes)| format!("{buft} {:.1} MiB", super::debug::mib(*bytes)))
+                .collect();
+            crate::debug_log!(
+                "placed the weights of '{}' in {:.1} ms: {}",
+                self.path().display(),
+                started.elapsed().as_secs_f64() * 1e3,
+                if buffers.is_empty() { "in the mapping".into() } else { buffers.join(", ") }
+            );
+        }
         placed.push((device, Arc::downgrade(&weights)));
         Ok(weights)
     }

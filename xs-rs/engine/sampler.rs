@@ -96,6 +96,7 @@ pub struct Candidates {
 }
 
 impl Candidates {
+    #[cfg(test)]
     pub fn from_logits(logits: &[f32]) -> Candidates {
         let mut c = Candidates::default();
         c.fill(logits);
@@ -216,6 +217,7 @@ pub struct Penalties {
 }
 
 impl Penalties {
+    #[cfg(test)]
     pub fn new(repeat: f32, presence: f32, frequency: f32, history: &[i32], last_n: usize) -> Penalties {
         let mut p = Penalties { repeat, presence, frequency, counts: Vec::new() };
         p.count(history, last_n, &mut Vec::new());
@@ -429,10 +431,6 @@ impl Sampler {
         };
         let sorted_history = Vec::with_capacity(options.penalty_last_n.min(4096));
         Ok(Sampler { options, rng, cands: Candidates::default(), penalties, sorted_history })
-    }
-
-    pub fn options(&self) -> &SamplerOptions {
-        &self.options
     }
 
     /// The next token for `logits`, penalising tokens of `history`.

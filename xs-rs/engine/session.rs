@@ -94,33 +94,33 @@ impl CacheHandle {
     pub fn with<R>(&self, f: impl FnOnce(&mut KvCache) -> Result<R>) -> Result<R> {
         lock(&self.cache).as_mut().map_or_else(|| Err(Error::Argument(LOST.into())), f)
     }
-    /// The session it belongs to (None: a standalone cache not used yet).
-    pub fn session(&self) -> Option<&Arc<Session>> {
-        self.session.get()
-    }
 }
 
 impl PoolHandle {
     pub fn with<R>(&self, f: impl FnOnce(&mut ComputePool) -> R) -> R {
         f(&mut lock(&self.pool))
     }
-    pub fn session(&self) -> &Arc<Session> {
-        &self.session
-    }
 }
 
 impl Session {
     pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
-        Ok(Session {
-            engine: Inference::new(model, options)?,
-            scratch_caches: Mutex::new(Vec::new()),
-            _live: super::live::Live::new(),
-        })
+        let engine = Inference::new(model, options)?;
+        crate::debug_log!(
+            "session on {}: n_threads {}, n_ctx {}, n_batch {}, flash_attn {}",
+            engine.backend_name(),
+            engine.n_threads(),
+            engine.n_ctx(),
+            engine.n_batch(),
+            if engine.flash_attn() { "on" } else { "off" }
+        );
+        Ok(Session { engine, scratch_caches: Mutex::new(Vec::new()), _live: super::live::Live::new() })
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
         let session = OnceLock::from(self.clone());
-        Ok(CacheHandle { session, cache: Mutex::new(Some(self.engine.new_cache()?)) })
+        let cache = self.engine.new_cache()?;
+        crate::debug_log!("KV cache of {} positions: {:.1} MiB", cache.n_ctx(), super::debug::mib(cache.size_bytes()));
+        Ok(CacheHandle { session, cache: Mutex::new(Some(cache)) })
     }
 
     pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
@@ -205,7 +205,8 @@ impl Session {
         }
         let mut pool_guard = pool.map(|p| lock(&p.pool));
         let pool_ref = pool_guard.as_deref_mut();
-        match cache {
+        let started = std::time::Instant::now();
+        let result = match cache {
             Some(c) => {
                 self.own_cache(c, "KV cache")?;
                 c.with(|kv| self.engine.forward(kv, tokens, output, pool_ref))
@@ -214,9 +215,16 @@ impl Session {
                 let mut scratch = self.take_scratch(1)?;
                 let result = self.engine.forward(&mut scratch[0], tokens, output, pool_ref);
                 self.return_scratch(scratch);
-                result
+                result.map_err(without_cache)
             }
-        }
+        };
+        crate::debug_log!(
+            "forward of {} tokens{} in {:.2} ms",
+            tokens.len(),
+            if cache.is_some() { " with a cache" } else { "" },
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        result
     }
 
     /// Several sequences in one graph per step; with `caches`, each sequence
@@ -236,7 +244,7 @@ impl Session {
             let mut scratch = self.take_scratch(sequences.len())?;
             let result = self.engine.forward_batch(&mut scratch, sequences, pool_ref);
             self.return_scratch(scratch);
-            return result;
+            return result.map_err(without_cache);
         };
         for (i, h) in handles.iter().enumerate() {
             self.own_cache(h, &format!("KV cache {i}"))?;
@@ -289,11 +297,34 @@ impl Session {
         let mut source = CachedSession { inference: &self.engine, cache: &mut kv, pool: Some(&mut pool) };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_token, on_end);
+        if let Ok(g) = &result {
+            crate::debug_log!(
+                "generated {} tokens ({}): prompt {} tokens ({} reused) in {:.1} ms, generation {:.1} ms",
+                g.tokens.len(),
+                g.stop_reason.name(),
+                g.n_prompt,
+                g.n_reused,
+                g.prompt_seconds * 1e3,
+                g.generate_seconds * 1e3
+            );
+        }
         self.engine.put_default_pool(pool);
         match cache {
             Some(c) => *lock(&c.cache) = Some(kv),
             None => self.return_scratch(vec![kv]),
         }
         result
+    }
+}
+
+/// A call without a cache runs in a scratch one the caller never saw: its
+/// overflow is the session's context that is too small.
+fn without_cache(e: Error) -> Error {
+    match e {
+        Error::KvOverflow { needed, capacity } => Error::Argument(format!(
+            "{needed} tokens do not fit in the session's context of {capacity} positions (create the session with \
+             a larger n_ctx)"
+        )),
+        other => other,
     }
 }

@@ -18,6 +18,25 @@ pub fn call_callback(perl: Perl, cb: Sv, args: &[Sv]) -> Result<Sv, Sv> {
     }
 }
 
+/// Calls `cb` and tests its result for truth. A result whose `bool`
+/// overload dies fails like a die in the callback: Err(the exception).
+pub fn call_callback_truth(perl: Perl, cb: Sv, args: &[Sv]) -> Result<bool, Sv> {
+    let ret = call_callback(perl, cb, args)?;
+    let truth = perl.is_true(ret);
+    match perl.take_error() {
+        Some(err) => Err(err),
+        None => Ok(truth),
+    }
+}
+
+impl Perl {
+    /// Perl's `warn`, with the caller's file and line (through Lugh::_warn),
+    /// under G_EVAL: Err(the exception) when a __WARN__ handler dies.
+    pub fn warn(self, message: &str) -> Result<(), Sv> {
+        call_callback(self, self.str("Lugh::_warn"), &[self.str(message)]).map(|_| ())
+    }
+}
+
 /// `last`, `next` or `redo` in a callback meets the shim's null block and
 /// dies with perl's "Can't \"last\" outside a loop block"; say what happened
 /// and what to do instead.

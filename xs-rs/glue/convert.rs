@@ -55,6 +55,11 @@ impl Perl {
         unsafe { ffi::lugh_sv_true(self.0, sv) != 0 }
     }
 
+    /// A flag: the value's truth (which may run a `bool` overload).
+    pub fn bool_arg(self, sv: Sv, what: &str) -> Result<bool, Error> {
+        self.checked(what, || Ok(self.is_true(sv)))
+    }
+
     /// The raw string buffer and whether perl holds it as UTF-8.
     pub fn raw_str(self, sv: Sv) -> (&'static [u8], bool) {
         let mut len = 0usize;

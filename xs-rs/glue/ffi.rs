@@ -35,7 +35,7 @@ extern "C" {
 
     pub fn lugh_xs_start(p: Interp, items: *mut i32) -> i32;
     pub fn lugh_st(p: Interp, ax: i32, i: i32) -> Sv;
-    pub fn lugh_xs_return(p: Interp, ax: i32, values: *const Sv, n: i32);
+    pub fn lugh_xs_return(p: Interp, ax: i32, values: *const Sv, n: i32, is_list: i32);
     pub fn lugh_xs_return_floats(p: Interp, ax: i32, values: *const f32, n: usize);
 
     pub fn lugh_take_error(p: Interp) -> Sv;
@@ -74,7 +74,6 @@ extern "C" {
 
     pub fn lugh_croak_msg(p: Interp, msg: Sv) -> !;
     pub fn lugh_croak_sv(p: Interp, err: Sv) -> !;
-    pub fn lugh_croak_usage(p: Interp, cv: Cv, params: *const c_char) -> !;
 
     pub fn lugh_call_sv(p: Interp, cb: Sv, args: *const Sv, n: c_int, err: *mut Sv) -> Sv;
     pub fn lugh_sv_refcnt_dec(p: Interp, sv: Sv);

@@ -2,16 +2,20 @@
 //! `crate::subs`) read their arguments through [`Args`], call the engine, and
 //! hand back a [`Ret`]; [`xsub`] turns errors and panics into croaks after
 //! every Rust value has been dropped.
+mod accessors;
 mod callback;
 mod convert;
 pub mod ffi;
 mod object;
+mod options;
 mod xsub;
 
-pub use callback::call_callback;
+pub use accessors::{accessor_names, read_accessor, Accessor};
+pub use callback::call_callback_truth;
 pub use convert::{Item, Perl};
 pub use ffi::{Cv, Interp, Sv};
 pub use object::{free_object, new_object, object_arc, LIVE_OBJECTS};
+pub use options::{names, Given, Opt};
 pub use xsub::{as_method, register, xsub, Args, Ret, XsError, XsResult};
 
 /// Declares a package's XSUBs and the table that registers them:

@@ -22,15 +22,67 @@ static void lugh_guard_xsub(pTHX_ CV *cv);
 
 /* ---------- loading and registering XSUBs ---------- */
 
+/* ---------- signals ---------- */
+
+/* With PERL_SIGNALS=unsafe, perl runs a signal handler the moment the signal
+ * arrives, wherever the process is; a handler that dies would longjmp out of
+ * Rust code (a cache's mutex left locked: the next call hangs). So while an
+ * XSUB runs, asynchronous signals are blocked, and they arrive when it
+ * returns or croaks (with the default, safe signals perl defers handlers to
+ * its own safe points anyway, and nothing is blocked). Each XSUB's saved
+ * mask lives in its trampoline's frame; the croak path restores the
+ * innermost one before it longjmps. */
+#ifndef _WIN32
+#  include <signal.h>
+#  include <pthread.h>
+typedef struct lugh_sigframe {
+    sigset_t saved;
+    int blocked;
+    struct lugh_sigframe *outer;
+} lugh_sigframe;
+
+static __thread lugh_sigframe *lugh_sig_innermost = NULL;
+
+static void lugh_signals_enter(pTHX_ lugh_sigframe *frame) {
+    frame->blocked = 0;
+    frame->outer = lugh_sig_innermost;
+    lugh_sig_innermost = frame;
+    if (PL_signals & PERL_SIGNALS_UNSAFE_FLAG) {
+        sigset_t all;
+        sigfillset(&all);
+        /* faults and aborts are not asynchronous: never block them */
+        sigdelset(&all, SIGSEGV); sigdelset(&all, SIGBUS); sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGILL); sigdelset(&all, SIGABRT); sigdelset(&all, SIGTRAP);
+        frame->blocked = pthread_sigmask(SIG_BLOCK, &all, &frame->saved) == 0;
+    }
+}
+
+/* Leaves the innermost frame (which is `frame` on the normal path). */
+static void lugh_signals_leave(void) {
+    lugh_sigframe *frame = lugh_sig_innermost;
+    if (!frame) return;
+    lugh_sig_innermost = frame->outer;
+    if (frame->blocked) pthread_sigmask(SIG_SETMASK, &frame->saved, NULL);
+}
+#else
+typedef int lugh_sigframe;
+static void lugh_signals_enter(pTHX_ lugh_sigframe *frame) { PERL_UNUSED_CONTEXT; (void)frame; }
+static void lugh_signals_leave(void) {}
+#endif
+
 /* Every XSUB goes through this trampoline; the Rust function to run is kept
  * in the CV itself, so Rust never needs perl's per-build XSUB signature. */
 static void lugh_trampoline(pTHX_ CV *cv) {
     lugh_rust_xsub f = (lugh_rust_xsub)CvXSUBANY(cv).any_ptr;
+    lugh_sigframe frame;
+    lugh_signals_enter(aTHX_ &frame);
 #ifdef MULTIPLICITY
     f((void *)my_perl, cv);
 #else
     f(NULL, cv);
 #endif
+    /* a pending signal's handler runs here, outside Rust */
+    lugh_signals_leave();
 }
 
 /* The handshake: checks API version and interpreter layout, pops the mark. */
@@ -67,11 +119,20 @@ I32 lugh_xs_start(void *my_perl_v, I32 *items_out) {
 
 SV *lugh_st(void *my_perl_v, I32 ax, I32 i) { LUGH_CTX; return PL_stack_base[ax + i]; }
 
-/* Puts n values on the stack as the XSUB's return list. */
-void lugh_xs_return(void *my_perl_v, I32 ax, SV **values, I32 n) {
+/* Puts n values on the stack as the XSUB's return. A list (is_list) called
+ * in scalar context gives one array reference to it: Lugh's one rule for
+ * list-returning methods, so that `my $ids = $tokenizer->encode(...)` is
+ * never just the last element. */
+void lugh_xs_return(void *my_perl_v, I32 ax, SV **values, I32 n, int is_list) {
     LUGH_CTX;
     SV **sp = PL_stack_base + ax - 1;
     I32 i;
+    if (is_list && GIMME_V == G_SCALAR) {
+        AV *av = av_make(n, values); /* copies the values */
+        PL_stack_base[ax] = sv_2mortal(newRV_noinc((SV *)av));
+        PL_stack_sp = PL_stack_base + ax;
+        return;
+    }
     EXTEND(sp, n);
     for (i = 0; i < n; i++) PL_stack_base[ax + i] = values[i];
     PL_stack_sp = PL_stack_base + ax + n - 1;
@@ -82,8 +143,17 @@ void lugh_xs_return_floats(void *my_perl_v, I32 ax, const float *values, size_t 
     LUGH_CTX;
     SV **sp = PL_stack_base + ax - 1;
     size_t i;
-    if (GIMME_V == G_VOID) { /* forward() called to fill a cache: no list of logits to build and free */
+    U8 gimme = GIMME_V;
+    if (gimme == G_VOID) { /* forward() called to fill a cache: no list of logits to build and free */
         PL_stack_sp = PL_stack_base + ax - 1;
+        return;
+    }
+    if (gimme == G_SCALAR) {
+        AV *av = newAV();
+        av_extend(av, (SSize_t)n - 1);
+        for (i = 0; i < n; i++) av_store(av, (SSize_t)i, newSVnv((NV)values[i]));
+        PL_stack_base[ax] = sv_2mortal(newRV_noinc((SV *)av));
+        PL_stack_sp = PL_stack_base + ax;
         return;
     }
     EXTEND(sp, (SSize_t)n);
@@ -386,6 +456,7 @@ void *lugh_object_payload(void *my_perl_v, SV *sv) { LUGH_CTX; return lugh_read_
 void lugh_croak_msg(void *my_perl_v, SV *msg) {
     LUGH_CTX;
     dSP;
+    lugh_signals_leave();
     ENTER;
     PUSHMARK(SP);
     XPUSHs(msg);
@@ -396,9 +467,7 @@ void lugh_croak_msg(void *my_perl_v, SV *msg) {
 }
 
 /* Rethrows a value exactly as it was thrown (an exception object stays one). */
-void lugh_croak_sv(void *my_perl_v, SV *err) { LUGH_CTX; croak_sv(err); }
-
-void lugh_croak_usage(void *my_perl_v, CV *cv, const char *params) { LUGH_CTX; croak_xs_usage(cv, params); }
+void lugh_croak_sv(void *my_perl_v, SV *err) { LUGH_CTX; lugh_signals_leave(); croak_sv(err); }
 
 /* ---------- callbacks ---------- */
 

@@ -32,8 +32,9 @@ pub type XsResult = Result<Ret, XsError>;
 pub enum Ret {
     Empty,
     One(Sv),
+    /// A list; in scalar context, an array reference to it.
     List(Vec<Sv>),
-    /// A long list of numbers (logits), pushed without one Sv per element in Rust.
+    /// A long list (an array reference in scalar context) of numbers (logits), pushed without one Sv per element in Rust.
     Floats(Vec<f32>),
 }
 
@@ -64,8 +65,18 @@ impl Args {
         }
     }
 
+    /// The arguments from `first` on (name => value pairs, usually).
+    pub fn rest(&self, first: usize) -> Vec<Sv> {
+        (first..self.len()).map(|i| self.get(i)).collect()
+    }
+
     pub fn perl(&self) -> super::Perl {
         super::Perl(self.p)
+    }
+
+    /// The public method this XSUB serves, for messages.
+    pub fn method(&self) -> &'static str {
+        self.method
     }
 
     /// Err("Usage: METHOD(PARAMS)") unless the argument count is in range.
@@ -124,9 +135,9 @@ pub unsafe fn xsub(p: Interp, _cv: Cv, method: &'static str, body: impl FnOnce(&
 
 unsafe fn push_return(p: Interp, ax: i32, ret: Ret) {
     match ret {
-        Ret::Empty => ffi::lugh_xs_return(p, ax, std::ptr::null(), 0),
-        Ret::One(sv) => ffi::lugh_xs_return(p, ax, &sv, 1),
-        Ret::List(list) => ffi::lugh_xs_return(p, ax, list.as_ptr(), list.len() as i32),
+        Ret::Empty => ffi::lugh_xs_return(p, ax, std::ptr::null(), 0, 0),
+        Ret::One(sv) => ffi::lugh_xs_return(p, ax, &sv, 1, 0),
+        Ret::List(list) => ffi::lugh_xs_return(p, ax, list.as_ptr(), list.len() as i32, 1),
         Ret::Floats(v) => ffi::lugh_xs_return_floats(p, ax, v.as_ptr(), v.len()),
     }
 }

@@ -1,14 +1,17 @@
-//! XS subs of Lugh::Inference. Option names, defaults and the many spellings
-//! of forward live in Lugh/Inference.pm; these subs take typed positional
-//! arguments (undef = not given).
+//! XS subs of Lugh::Inference. The options of new, sample and generate are
+//! declared here, once (tables of [`Opt`]); the spellings of forward live in
+//! Lugh/Inference.pm.
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
-use crate::engine::inference::{FlashAttn, Inference, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
+use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
 use crate::engine::session::{CacheHandle, PoolHandle, Session};
 use crate::engine::Error;
-use crate::glue::{as_method, call_callback, new_object, object_arc, Args, Perl, Ret, Sv, XsError};
+use crate::glue::{
+    accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Opt,
+    Perl, Ret, Sv, XsError, XsResult,
+};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -22,27 +25,236 @@ fn this(args: &Args) -> Result<Arc<Session>, Error> {
 }
 
 /// The session's settings and the model hyperparameters it runs with: each
-/// becomes an accessor method of Lugh::Inference (the .pm makes one per name).
-type Setting = (&'static str, fn(&Inference, Perl) -> Sv);
-const SETTINGS: &[Setting] = &[
-    ("backend", |e, perl| perl.str(e.backend_name())),
-    ("n_threads", |e, perl| perl.int(e.n_threads() as i64)),
-    ("n_ctx", |e, perl| perl.int(e.n_ctx() as i64)),
-    ("n_batch", |e, perl| perl.int(e.n_batch() as i64)),
-    ("flash_attn", |e, perl| perl.int(e.flash_attn() as i64)),
-    ("n_vocab", |e, perl| perl.int(e.hparams().n_vocab as i64)),
-    ("n_layer", |e, perl| perl.int(e.hparams().n_layer as i64)),
-    ("n_embd", |e, perl| perl.int(e.hparams().n_embd as i64)),
-    ("n_head", |e, perl| perl.int(e.hparams().n_head as i64)),
-    ("n_head_kv", |e, perl| perl.int(e.hparams().n_head_kv as i64)),
-    ("head_dim", |e, perl| perl.int(e.hparams().head_dim_k as i64)),
-    ("n_ff", |e, perl| perl.int(e.hparams().n_ff as i64)),
-    ("n_rot", |e, perl| perl.int(e.hparams().n_rot as i64)),
-    ("n_ctx_train", |e, perl| perl.int(e.hparams().n_ctx_train as i64)),
-    ("rope_freq_base", |e, perl| perl.float(f64::from(e.hparams().rope_freq_base))),
-    ("norm_eps", |e, perl| perl.float(f64::from(e.hparams().norm_eps))),
-    ("architecture", |e, perl| perl.str(e.architecture())),
+/// row is an accessor method of Lugh::Inference.
+const ACCESSORS: &[Accessor<Session>] = &[
+    Accessor { name: "backend", read: |s, perl| Ok(perl.str(s.engine.backend_name())) },
+    Accessor { name: "n_threads", read: |s, perl| Ok(perl.int(s.engine.n_threads() as i64)) },
+    Accessor { name: "n_ctx", read: |s, perl| Ok(perl.int(s.engine.n_ctx() as i64)) },
+    Accessor { name: "n_batch", read: |s, perl| Ok(perl.int(s.engine.n_batch() as i64)) },
+    Accessor { name: "flash_attn", read: |s, perl| Ok(perl.int(s.engine.flash_attn() as i64)) },
+    Accessor { name: "n_vocab", read: |s, perl| Ok(perl.int(s.engine.hparams().n_vocab as i64)) },
+    Accessor { name: "n_layer", read: |s, perl| Ok(perl.int(s.engine.hparams().n_layer as i64)) },
+    Accessor { name: "n_embd", read: |s, perl| Ok(perl.int(s.engine.hparams().n_embd as i64)) },
+    Accessor { name: "n_head", read: |s, perl| Ok(perl.int(s.engine.hparams().n_head as i64)) },
+    Accessor { name: "n_head_kv", read: |s, perl| Ok(perl.int(s.engine.hparams().n_head_kv as i64)) },
+    Accessor { name: "head_dim", read: |s, perl| Ok(perl.int(s.engine.hparams().head_dim_k as i64)) },
+    Accessor { name: "n_ff", read: |s, perl| Ok(perl.int(s.engine.hparams().n_ff as i64)) },
+    Accessor { name: "n_rot", read: |s, perl| Ok(perl.int(s.engine.hparams().n_rot as i64)) },
+    Accessor { name: "n_ctx_train", read: |s, perl| Ok(perl.int(s.engine.hparams().n_ctx_train as i64)) },
+    Accessor { name: "rope_freq_base", read: |s, perl| Ok(perl.float(f64::from(s.engine.hparams().rope_freq_base))) },
+    Accessor { name: "norm_eps", read: |s, perl| Ok(perl.float(f64::from(s.engine.hparams().norm_eps))) },
+    Accessor { name: "architecture", read: |s, perl| Ok(perl.str(s.engine.architecture())) },
 ];
+
+/// What `new` is given: the model and the session's options.
+#[derive(Default)]
+struct NewArgs {
+    model: Option<Arc<Model>>,
+    options: InferenceOptions,
+}
+
+/// The options of Lugh::Inference->new (defaults: [`InferenceOptions`]).
+const NEW_OPTIONS: &[Opt<NewArgs>] = &[
+    Opt::new("model", |perl, sv, a| {
+        a.model = Some(object_arc::<Model>(perl, sv, "Lugh::Model")?);
+        Ok(())
+    }),
+    Opt::new("backend", |perl, sv, a| {
+        let name = perl.string_arg(sv, "backend")?;
+        a.options.backend = (!name.eq_ignore_ascii_case("auto")).then_some(name);
+        Ok(())
+    }),
+    Opt::new("n_threads", |perl, sv, a| {
+        a.options.n_threads = Some(ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64)?);
+        Ok(())
+    }),
+    Opt::new("n_ctx", |perl, sv, a| {
+        a.options.n_ctx = Some(ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64)?);
+        Ok(())
+    }),
+    Opt::new("n_batch", |perl, sv, a| {
+        a.options.n_batch = Some(ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64)?);
+        Ok(())
+    }),
+    Opt::new("flash_attn", |perl, sv, a| {
+        let text = perl.string_arg(sv, "flash_attn")?;
+        a.options.flash_attn = Some(match text.to_ascii_lowercase().as_str() {
+            "auto" => FlashAttn::Auto,
+            "0" => FlashAttn::Disabled,
+            "1" => FlashAttn::Enabled,
+            _ => return Err(Error::Argument(format!("flash_attn must be 0, 1 or 'auto', got '{text}'"))),
+        });
+        Ok(())
+    }),
+];
+
+/// The sampling options of sample() and generate() (defaults:
+/// [`SamplerOptions`]; the engine checks the ranges).
+const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
+    Opt::new("greedy", |perl, sv, o| {
+        o.greedy = perl.bool_arg(sv, "greedy")?;
+        Ok(())
+    }),
+    Opt::new("temperature", |perl, sv, o| {
+        o.temperature = perl.number_arg(sv, "temperature")? as f32;
+        Ok(())
+    }),
+    Opt::new("top_k", |perl, sv, o| {
+        o.top_k = count_arg(perl, sv, "top_k", 0)?;
+        Ok(())
+    }),
+    Opt::new("top_p", |perl, sv, o| {
+        o.top_p = perl.number_arg(sv, "top_p")? as f32;
+        Ok(())
+    }),
+    Opt::new("min_p", |perl, sv, o| {
+        o.min_p = perl.number_arg(sv, "min_p")? as f32;
+        Ok(())
+    }),
+    Opt::new("repeat_penalty", |perl, sv, o| {
+        o.repeat_penalty = perl.number_arg(sv, "repeat_penalty")? as f32;
+        Ok(())
+    }),
+    Opt::new("presence_penalty", |perl, sv, o| {
+        o.presence_penalty = perl.number_arg(sv, "presence_penalty")? as f32;
+        Ok(())
+    }),
+    Opt::new("frequency_penalty", |perl, sv, o| {
+        o.frequency_penalty = perl.number_arg(sv, "frequency_penalty")? as f32;
+        Ok(())
+    }),
+    Opt::new("penalty_last_n", |perl, sv, o| {
+        o.penalty_last_n = count_arg(perl, sv, "penalty_last_n", 0)?;
+        Ok(())
+    }),
+    Opt::new("seed", |perl, sv, o| {
+        o.seed = Some(count_arg(perl, sv, "seed", 0)? as u64);
+        Ok(())
+    }),
+];
+
+/// What sample() is given besides the sampling options.
+struct SampleArgs {
+    n_vocab: usize,
+    history: Option<Vec<i32>>,
+}
+
+const SAMPLE_OPTIONS: &[Opt<SampleArgs>] = &[Opt::new("history", |perl, sv, a| {
+    a.history = Some(perl.token_array_arg(sv, "history", a.n_vocab)?);
+    Ok(())
+})];
+
+/// What generate() is given: the engine's options and the Perl-side ones.
+struct GenerateArgs {
+    n_vocab: usize,
+    prompt: Option<Vec<i32>>,
+    cache: Option<Arc<CacheHandle>>,
+    /// The hash to fill with statistics (the .pm fills it).
+    stats: Option<Sv>,
+    callback: Option<Sv>,
+    on_text: Option<Sv>,
+    options: GenerateOptions,
+}
+
+/// The options of generate() besides [`SAMPLING_OPTIONS`] (defaults:
+/// [`GenerateOptions`]).
+const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
+    Opt::new("prompt", |perl, sv, a| {
+        a.prompt = Some(perl.token_array_arg(sv, "prompt", a.n_vocab)?);
+        Ok(())
+    }),
+    Opt::new("max_tokens", |perl, sv, a| {
+        a.options.max_tokens = ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64)?;
+        Ok(())
+    }),
+    Opt::new("eos_token", |perl, sv, a| {
+        let id = perl.int_arg(sv, "eos_token")?;
+        if id < 0 || id as u64 >= a.n_vocab as u64 {
+            return Err(Error::Argument(format!("eos_token {id} is out of range [0, {})", a.n_vocab)));
+        }
+        a.options.eos_token = Some(id as i32);
+        Ok(())
+    }),
+    Opt::new("stop", |perl, sv, a| {
+        // One string, or an array of them.
+        let strings = if perl.ref_kind(sv) == b'A' { perl.array_arg(sv, "stop")? } else { vec![sv] };
+        a.options.stop = strings
+            .into_iter()
+            .enumerate()
+            .map(|(i, sv)| perl.string_arg(sv, &format!("stop string {i}")))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }),
+    Opt::new("callback", |perl, sv, a| {
+        a.callback = perl.code_arg(sv, "callback")?;
+        Ok(())
+    }),
+    Opt::new("on_text", |perl, sv, a| {
+        a.on_text = perl.code_arg(sv, "on_text")?;
+        Ok(())
+    }),
+    Opt::new("cache", |perl, sv, a| {
+        a.cache = cache_arg(perl, sv)?;
+        Ok(())
+    }),
+    Opt::new("stats", |perl, sv, a| {
+        if perl.ref_kind(sv) != b'H' {
+            perl.check("stats")?;
+            return Err(Error::Argument("stats must be a hash reference to fill, like stats => \\my %stats".into()));
+        }
+        a.stats = Some(sv);
+        Ok(())
+    }),
+    Opt::new("logprobs", |perl, sv, a| {
+        a.options.logprobs = Some(ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64)?);
+        Ok(())
+    }),
+];
+
+/// The valid names of several tables, for [`Given::read`].
+fn valid_names(
+    tables: &[Vec<(&'static str, &'static [&'static str])>],
+) -> Vec<(&'static str, &'static [&'static str])> {
+    tables.concat()
+}
+
+/// sample(), sample_top_p() and sample_top_k(): `only` limits the sampling
+/// options accepted, `fixed` sets the ones the method's name implies.
+fn sample_with(args: &Args, only: Option<&[&str]>, fixed: fn(&mut SamplerOptions)) -> XsResult {
+    if args.len() < 2 {
+        return Err(XsError::Message(format!("Usage: {}($logits, name => value, ...)", args.method())));
+    }
+    let s = this(args)?;
+    let perl = args.perl();
+    let n_vocab = s.engine.n_vocab();
+    let mut valid: Vec<_> = names(SAMPLING_OPTIONS).filter(|(n, _)| only.is_none_or(|o| o.contains(n))).collect();
+    if only.is_none() {
+        valid.extend(names(SAMPLE_OPTIONS));
+    }
+    let given = Given::read(perl, &args.rest(2), &valid)?;
+    let mut extra = SampleArgs { n_vocab, history: None };
+    given.apply(perl, SAMPLE_OPTIONS, &mut extra)?;
+    let mut options = SamplerOptions::default();
+    given.apply(perl, SAMPLING_OPTIONS, &mut options)?;
+    fixed(&mut options);
+    // A Lugh::Logits object is read in place; an array is converted.
+    let object = object_arc::<Logits>(perl, args.get(1), LOGITS_CLASS).ok();
+    let list = match object {
+        Some(_) => Vec::new(),
+        None if perl.ref_kind(args.get(1)) == b'A' => perl.float_array_arg(args.get(1), "logits")?,
+        None => {
+            perl.check("logits")?;
+            return Err(Error::Argument(
+                "the first argument must be an array reference of logits or a Lugh::Logits".into(),
+            )
+            .into());
+        }
+    };
+    let logits = object.as_deref().map_or(list.as_slice(), Logits::values);
+    let mut sampler = Sampler::new(options)?;
+    let id = sampler.sample(logits, extra.history.as_deref().unwrap_or(&[]))?;
+    Ok(Ret::One(perl.int(id as i64)))
+}
 
 /// `f(sv)` for a defined argument, None for undef.
 fn optional<T>(perl: Perl, sv: Sv, f: impl FnOnce(Sv) -> Result<T, Error>) -> Result<Option<T>, Error> {
@@ -81,27 +293,6 @@ fn pool_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<PoolHandle>>, Error> {
     optional(perl, sv, |sv| object_arc::<PoolHandle>(perl, sv, POOL_CLASS))
 }
 
-/// The ten sampler arguments starting at `first`: greedy, temperature, top_k,
-/// top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty,
-/// penalty_last_n, seed.
-fn sampler_options(args: &Args, first: usize) -> Result<SamplerOptions, Error> {
-    let perl = args.perl();
-    let arg = |i: usize| args.get(first + i);
-    let number = |i: usize, what: &str| perl.number_arg(arg(i), what).map(|v| v as f32);
-    Ok(SamplerOptions {
-        greedy: perl.is_true(arg(0)),
-        temperature: number(1, "temperature")?,
-        top_k: count_arg(perl, arg(2), "top_k", 0)?,
-        top_p: number(3, "top_p")?,
-        min_p: number(4, "min_p")?,
-        repeat_penalty: number(5, "repeat_penalty")?,
-        presence_penalty: number(6, "presence_penalty")?,
-        frequency_penalty: number(7, "frequency_penalty")?,
-        penalty_last_n: count_arg(perl, arg(8), "penalty_last_n", 0)?,
-        seed: optional(perl, arg(9), |sv| count_arg(perl, sv, "seed", 0).map(|s| s as u64))?,
-    })
-}
-
 /// Several rows of logits, as an array of arrays or of Lugh::Logits objects.
 fn rows(perl: Perl, rows: Vec<Vec<f32>>, as_object: bool) -> Sv {
     let outer: Vec<Sv> =
@@ -121,49 +312,33 @@ fn logits_object(perl: Perl, values: Vec<f32>) -> Sv {
 }
 
 xs_subs! { "Lugh::Inference";
-    fn _new(args) as "Lugh::Inference->new" {
-        args.expect(7, 7, "class, model, backend, n_threads, n_ctx, flash_attn, n_batch")?;
+    fn new(args) as "Lugh::Inference->new" {
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        if !perl.is_defined(args.get(1)) {
-            return Err(Error::Argument("missing model => $model (a Lugh::Model)".into()).into());
+        let given = Given::read(perl, &args.rest(1), &names(NEW_OPTIONS).collect::<Vec<_>>())?;
+        let mut new = NewArgs::default();
+        given.apply(perl, NEW_OPTIONS, &mut new)?;
+        let model = new.model.ok_or_else(|| Error::Argument("missing model => $model (a Lugh::Model)".into()))?;
+        let session = Session::new(model, new.options)?;
+        for warning in session.engine.warnings() {
+            perl.warn(&format!("{CLASS}->new: {warning}")).map_err(XsError::Perl)?;
         }
-        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")?;
-        let flash_attn = optional(perl, args.get(5), |sv| match perl.int_arg(sv, "flash_attn")? {
-            -1 => Ok(FlashAttn::Auto),
-            0 => Ok(FlashAttn::Disabled),
-            1 => Ok(FlashAttn::Enabled),
-            other => Err(Error::Argument(format!("flash_attn must be 0, 1 or 'auto', got {other}"))),
-        })?;
-        let options = InferenceOptions {
-            backend: optional(perl, args.get(2), |sv| perl.string_arg(sv, "backend"))?,
-            n_threads: optional(perl, args.get(3), |sv| ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64))?,
-            n_ctx: optional(perl, args.get(4), |sv| ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64))?,
-            flash_attn,
-            n_batch: optional(perl, args.get(6), |sv| ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64))?,
-        };
-        let session = Session::new(model, options)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(session))))
     }
 
-    fn _setting_names(args) {
-        args.expect(0, 0, "")?;
-        let perl = args.perl();
-        Ok(Ret::List(SETTINGS.iter().map(|(name, _)| perl.str(name)).collect()))
+    fn _accessor_names(args) {
+        accessor_names(args, ACCESSORS)
     }
 
-    fn _setting(args) {
-        args.expect(2, 2, "self, name")?;
+    fn _accessor(args) {
+        read_accessor(args, CLASS, ACCESSORS)
+    }
+
+    fn _generate_options(args) {
+        args.expect(0, 0, "")?;
         let perl = args.perl();
-        let name = perl.string_arg(args.get(1), "setting")?;
-        as_method(&format!("{CLASS}->{name}"), || {
-            let s = this(args)?;
-            let (_, read) = SETTINGS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .ok_or_else(|| Error::Argument(format!("unknown setting '{name}'")))?;
-            Ok(Ret::One(read(&s.engine, perl)))
-        })
+        let all = names(GENERATE_OPTIONS).chain(names(SAMPLING_OPTIONS));
+        Ok(Ret::List(all.map(|(name, _)| perl.str(name)).collect()))
     }
 
     fn _weights_id(args) {
@@ -216,81 +391,79 @@ xs_subs! { "Lugh::Inference";
         Ok(Ret::One(rows(perl, logits, perl.is_true(args.get(4)))))
     }
 
-    fn _sample(args) as "Lugh::Inference->sample" {
-        args.expect(13, 13, "self, logits, history, greedy, temperature, top_k, top_p, min_p, repeat_penalty, \
-            presence_penalty, frequency_penalty, penalty_last_n, seed")?;
-        let s = this(args)?;
-        let perl = args.perl();
-        // A Lugh::Logits object is read in place; an array is converted.
-        let object = object_arc::<Logits>(perl, args.get(1), LOGITS_CLASS).ok();
-        let list = match object {
-            Some(_) => Vec::new(),
-            None => perl.float_array_arg(args.get(1), "logits")?,
-        };
-        let logits = object.as_deref().map_or(list.as_slice(), Logits::values);
-        let history = optional(perl, args.get(2), |sv| perl.token_array_arg(sv, "history", s.engine.n_vocab()))?;
-        let mut sampler = Sampler::new(sampler_options(args, 3)?)?;
-        let id = sampler.sample(logits, history.as_deref().unwrap_or(&[]))?;
-        Ok(Ret::One(perl.int(id as i64)))
+    fn sample(args) as "Lugh::Inference->sample" {
+        sample_with(args, None, |_| {})
+    }
+
+    fn sample_top_p(args) as "Lugh::Inference->sample_top_p" {
+        sample_with(args, Some(&["temperature", "top_p", "seed"]), |o| o.top_k = 0)
+    }
+
+    fn sample_top_k(args) as "Lugh::Inference->sample_top_k" {
+        sample_with(args, Some(&["temperature", "top_k", "seed"]), |o| o.top_p = 1.0)
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {
-        args.expect(20, 20, "self, prompt, cache, max_tokens, eos_token, stop, callback, on_text, want_text, \
-            logprobs, greedy, temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, \
-            frequency_penalty, penalty_last_n, seed")?;
+        if args.is_empty() {
+            return Err(XsError::Message("Usage: Lugh::Inference->generate(\\@prompt, name => value, ...)".into()));
+        }
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.engine.n_vocab();
-        let prompt = perl.token_array_arg(args.get(1), "prompt", n_vocab)?;
-        let cache = cache_arg(perl, args.get(2))?;
-        let eos_token = optional(perl, args.get(4), |sv| {
-            let id = perl.int_arg(sv, "eos_token")?;
-            if id < 0 || id as u64 >= n_vocab as u64 {
-                return Err(Error::Argument(format!("eos_token {id} is out of range [0, {n_vocab})")));
+        // The prompt comes first, or as prompt => [...].
+        let positional = args.len() > 1 && perl.ref_kind(args.get(1)) == b'A';
+        let mut call = GenerateArgs {
+            n_vocab,
+            prompt: None,
+            cache: None,
+            stats: None,
+            callback: None,
+            on_text: None,
+            options: GenerateOptions::default(),
+        };
+        let valid = valid_names(&[names(GENERATE_OPTIONS).collect(), names(SAMPLING_OPTIONS).collect()]);
+        let given = Given::read(perl, &args.rest(if positional { 2 } else { 1 }), &valid)?;
+        given.apply(perl, GENERATE_OPTIONS, &mut call)?;
+        given.apply(perl, SAMPLING_OPTIONS, &mut call.options.sampler)?;
+        if positional {
+            if call.prompt.is_some() {
+                return Err(Error::Argument("give the prompt once".into()).into());
             }
-            Ok(id as i32)
-        })?;
-        let stop = perl
-            .array_arg(args.get(5), "stop")?
-            .into_iter()
-            .enumerate()
-            .map(|(i, sv)| perl.string_arg(sv, &format!("stop string {i}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let callback = perl.code_arg(args.get(6), "callback")?;
-        let on_text = perl.code_arg(args.get(7), "on_text")?;
-        let options = GenerateOptions {
-            max_tokens: ranged_arg(perl, args.get(3), "max_tokens", 0, i32::MAX as i64)?,
-            sampler: sampler_options(args, 10)?,
-            eos_token,
-            stop,
-            need_text: on_text.is_some() || perl.is_true(args.get(8)),
-            logprobs: optional(perl, args.get(9), |sv| ranged_arg(perl, sv, "logprobs", 0, n_vocab as i64))?,
-        };
-        // Each callback's result is already 1 or 0 (the .pm tests its truth
-        // inside the call, under the eval).
-        let call = |cb: Sv, args: &[Sv]| -> Result<bool, XsError> {
-            call_callback(perl, cb, args).map(|ret| perl.is_true(ret)).map_err(XsError::Perl)
-        };
+            call.prompt = Some(perl.token_array_arg(args.get(1), "prompt", n_vocab)?);
+        }
+        let prompt = call.prompt.ok_or_else(|| Error::Argument("missing prompt (an array of token ids)".into()))?;
+        if call.options.logprobs.is_some() && call.stats.is_none() {
+            return Err(Error::Argument("logprobs needs stats => \\%stats to report them in".into()).into());
+        }
+        // The text is made only when it is read (stats, on_text, stop strings).
+        call.options.need_text = call.on_text.is_some() || call.stats.is_some();
+        let (callback, on_text) = (call.callback, call.on_text);
+        let truth = |cb: Sv, args: &[Sv]| call_callback_truth(perl, cb, args).map_err(XsError::Perl);
         let on_token = |step: &Step| -> Result<bool, XsError> {
             let mut stop = false;
             if let Some(cb) = callback {
-                stop |= call(cb, &[perl.int(step.id as i64), perl.int(step.count as i64)])?;
+                stop |= truth(cb, &[perl.int(step.id as i64), perl.int(step.count as i64)])?;
             }
             if let (Some(cb), false) = (on_text, step.text.is_empty()) {
-                stop |= call(cb, &[perl.str(step.text)])?;
+                stop |= truth(cb, &[perl.str(step.text)])?;
             }
             Ok(stop)
         };
         let on_end = |rest: &str| -> Result<(), XsError> {
             if let Some(cb) = on_text {
-                call(cb, &[perl.str(rest)])?;
+                truth(cb, &[perl.str(rest)])?;
             }
             Ok(())
         };
-        let g = s.generate(&prompt, cache.as_deref(), &options, on_token, on_end)?;
+        let g = s.generate(&prompt, call.cache.as_deref(), &call.options, on_token, on_end)?;
         let ids: Vec<i64> = g.tokens.iter().map(|&id| id as i64).collect();
+        let logprobs = match call.options.logprobs {
+            Some(_) => perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()),
+            None => perl.undef(),
+        };
         Ok(Ret::List(vec![
             perl.int_array_ref(&ids),
+            call.stats.unwrap_or_else(|| perl.undef()),
             perl.str(g.stop_reason.name()),
             perl.str(&g.text),
             perl.int(g.n_prompt as i64),
@@ -298,7 +471,7 @@ xs_subs! { "Lugh::Inference";
             perl.int(g.n_evaluated as i64),
             perl.float(g.prompt_seconds),
             perl.float(g.generate_seconds),
-            perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()),
+            logprobs,
         ]))
     }
 

@@ -1,45 +1,75 @@
 //! XS subs of Lugh::KVCache (made by Lugh::Inference->create_kv_cache).
+use super::inference::CACHE_CLASS;
 use crate::engine::session::{CacheHandle, CacheShape};
 use crate::engine::Error;
-use crate::glue::{as_method, new_object, object_arc, Args, Ret};
+use crate::glue::{
+    accessor_names, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+};
 use crate::xs_subs;
 use std::sync::Arc;
 
 fn this(args: &Args) -> Result<Arc<CacheHandle>, Error> {
-    object_arc::<CacheHandle>(args.perl(), args.get(0), super::inference::CACHE_CLASS)
+    object_arc::<CacheHandle>(args.perl(), args.get(0), CACHE_CLASS)
 }
 
+/// The cache's counts: one accessor method each.
+const ACCESSORS: &[Accessor<CacheHandle>] = &[
+    Accessor { name: "n_cached", read: |c, perl| c.with(|kv| Ok(perl.int(kv.n_cached() as i64))) },
+    Accessor { name: "n_ctx", read: |c, perl| c.with(|kv| Ok(perl.int(kv.n_ctx() as i64))) },
+    Accessor { name: "n_layer", read: |c, perl| c.with(|kv| Ok(perl.int(kv.n_layer() as i64))) },
+];
+
+/// A dimension of a standalone cache's shape.
+fn dimension(perl: Perl, sv: Sv, what: &str) -> Result<usize, Error> {
+    let v = perl.int_arg(sv, what)?;
+    usize::try_from(v).map_err(|_| Error::Argument(format!("{what} must be a positive integer, got {v}")))
+}
+
+/// The options of Lugh::KVCache->new, all required, in [`CacheShape`] order.
+const SHAPE_OPTIONS: &[Opt<[Option<usize>; 4]>] = &[
+    Opt::new("n_layer", |perl, sv, s| {
+        s[0] = Some(dimension(perl, sv, "n_layer")?);
+        Ok(())
+    }),
+    Opt::new("n_ctx", |perl, sv, s| {
+        s[1] = Some(dimension(perl, sv, "n_ctx")?);
+        Ok(())
+    }),
+    Opt::new("n_head_kv", |perl, sv, s| {
+        s[2] = Some(dimension(perl, sv, "n_head_kv")?);
+        Ok(())
+    }),
+    Opt::new("head_dim", |perl, sv, s| {
+        s[3] = Some(dimension(perl, sv, "head_dim")?);
+        Ok(())
+    }),
+];
+
 xs_subs! { "Lugh::KVCache";
-    fn _new(args) as "Lugh::KVCache->new" {
-        args.expect(5, 5, "class, n_layer, n_ctx, n_head_kv, head_dim")?;
+    fn new(args) as "Lugh::KVCache->new" {
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let dim = |i: usize, what: &str| -> Result<usize, Error> {
-            let v = perl.int_arg(args.get(i), what)?;
-            usize::try_from(v).map_err(|_| Error::Argument(format!("{what} must be a positive integer, got {v}")))
+        let given = Given::read(perl, &args.rest(1), &names(SHAPE_OPTIONS).collect::<Vec<_>>())?;
+        let mut shape = [None; 4];
+        given.apply(perl, SHAPE_OPTIONS, &mut shape)?;
+        let dim = |i: usize| {
+            shape[i].ok_or_else(|| {
+                Error::Argument(format!(
+                    "missing {} (or make the cache with $inference->create_kv_cache)",
+                    SHAPE_OPTIONS[i].name
+                ))
+            })
         };
-        let shape = CacheShape {
-            n_layer: dim(1, "n_layer")?,
-            n_ctx: dim(2, "n_ctx")?,
-            n_head_kv: dim(3, "n_head_kv")?,
-            head_dim: dim(4, "head_dim")?,
-        };
+        let shape = CacheShape { n_layer: dim(0)?, n_ctx: dim(1)?, n_head_kv: dim(2)?, head_dim: dim(3)? };
         Ok(Ret::One(new_object(perl, &class, Arc::new(CacheHandle::standalone(shape)?))))
     }
 
-    fn _count(args) {
-        args.expect(2, 2, "self, name")?;
-        let perl = args.perl();
-        let name = perl.string_arg(args.get(1), "name")?;
-        as_method(&format!("{}->{name}", super::inference::CACHE_CLASS), || {
-            let n = this(args)?.with(|kv| match name.as_str() {
-                "n_cached" => Ok(kv.n_cached()),
-                "n_ctx" => Ok(kv.n_ctx()),
-                "n_layer" => Ok(kv.n_layer()),
-                other => Err(Error::Argument(format!("unknown count '{other}'"))),
-            })?;
-            Ok(Ret::One(perl.int(n as i64)))
-        })
+    fn _accessor_names(args) {
+        accessor_names(args, ACCESSORS)
+    }
+
+    fn _accessor(args) {
+        read_accessor(args, CACHE_CLASS, ACCESSORS)
     }
 
     fn tokens(args) {

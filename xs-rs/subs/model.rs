@@ -1,8 +1,10 @@
-//! XS subs of Lugh::Model. Option handling lives in Lugh/Model.pm.
+//! XS subs of Lugh::Model.
 use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
 use crate::engine::Error;
-use crate::glue::{as_method, new_object, object_arc, Args, Item, Perl, Ret, Sv};
+use crate::glue::{
+    accessor_names, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
+};
 use crate::xs_subs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +30,7 @@ fn path_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
     };
     perl.check("model path")?;
     if bytes.is_empty() {
-        return Err(Error::Argument("model path is empty".into()));
+        return Err(Error::Argument("missing model => $path (the GGUF file to load): the path is empty".into()));
     }
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
 }
@@ -36,6 +38,49 @@ fn path_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
 fn opt_int(perl: Perl, v: Option<i64>) -> Sv {
     v.map_or(perl.undef(), |v| perl.int(v))
 }
+
+/// What Lugh::Model->new is given.
+struct OpenArgs {
+    path: Option<PathBuf>,
+    use_mmap: bool,
+    prefetch: bool,
+}
+
+/// The options of Lugh::Model->new (Lugh 0.12 called use_mmap "mmap").
+const OPEN_OPTIONS: &[Opt<OpenArgs>] = &[
+    Opt::new("model", |perl, sv, a: &mut OpenArgs| {
+        a.path = Some(path_arg(perl, sv)?);
+        Ok(())
+    })
+    .with_aliases(&["file", "path"]),
+    Opt::new("use_mmap", |perl, sv, a: &mut OpenArgs| {
+        a.use_mmap = perl.bool_arg(sv, "use_mmap")?;
+        Ok(())
+    })
+    .with_aliases(&["mmap"]),
+    Opt::new("prefetch", |perl, sv, a| {
+        a.prefetch = perl.bool_arg(sv, "prefetch")?;
+        Ok(())
+    }),
+];
+
+/// The hyperparameters and architecture facts: one accessor method each.
+const ACCESSORS: &[Accessor<Model>] = &[
+    Accessor { name: "n_layer", read: |m, perl| Ok(opt_int(perl, m.n_layer())) },
+    Accessor { name: "n_embd", read: |m, perl| Ok(opt_int(perl, m.n_embd())) },
+    Accessor { name: "n_head", read: |m, perl| Ok(opt_int(perl, m.n_head())) },
+    Accessor { name: "n_head_kv", read: |m, perl| Ok(opt_int(perl, m.n_head_kv())) },
+    Accessor { name: "n_ff", read: |m, perl| Ok(opt_int(perl, m.n_ff())) },
+    Accessor { name: "n_ctx_train", read: |m, perl| Ok(opt_int(perl, m.n_ctx_train())) },
+    Accessor { name: "n_vocab", read: |m, perl| Ok(opt_int(perl, m.n_vocab())) },
+    Accessor { name: "rope_freq_base", read: |m, perl| Ok(m.rope_freq_base().map_or(perl.undef(), |v| perl.float(v))) },
+    Accessor { name: "norm_eps", read: |m, perl| Ok(m.norm_eps().map_or(perl.undef(), |v| perl.float(v))) },
+    Accessor { name: "arch_has_combined_qkv", read: |m, perl| Ok(perl.int(m.has_combined_qkv() as i64)) },
+    Accessor { name: "arch_has_ffn_gate", read: |m, perl| Ok(perl.int(m.has_ffn_gate() as i64)) },
+    Accessor { name: "arch_has_post_norm", read: |m, perl| Ok(perl.int(m.has_post_norm() as i64)) },
+    Accessor { name: "arch_is_recurrent", read: |m, perl| Ok(perl.int(m.is_recurrent() as i64)) },
+    Accessor { name: "mmap_size", read: |m, perl| Ok(perl.uint(m.mapped_bytes() as u64)) },
+];
 
 /// A GGUF value as a perl value (arrays become array references).
 fn value_sv(perl: Perl, v: &Value) -> Sv {
@@ -58,28 +103,33 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
         Array::F64(v) => v.iter().for_each(|&x| perl.push(av, Item::Float(x))),
         Array::U64(v) => v.iter().for_each(|&x| perl.push(av, Item::Uint(x))),
         Array::Bool(v) => v.iter().for_each(|&b| perl.push(av, Item::Sv(perl.bool(b)))),
-        Array::Array(v) => v.iter().for_each(|inner| perl.push(av, Item::Sv(array_sv(perl, inner)))),
+        Array::Nested(v) => v.iter().for_each(|inner| perl.push(av, Item::Sv(array_sv(perl, inner)))),
         ints => (0..ints.len()).for_each(|i| perl.push(av, Item::Int(ints.int_at(i).unwrap_or_default()))),
     }
     av
 }
 
 xs_subs! { "Lugh::Model";
-    fn _open(args) as "Lugh::Model->new" {
-        args.expect(4, 4, "class, path, use_mmap, prefetch")?;
+    fn new(args) as "Lugh::Model->new" {
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let path = path_arg(perl, args.get(1))?;
-        let use_mmap = perl.is_true(args.get(2));
-        let prefetch = perl.is_true(args.get(3));
-        perl.check("use_mmap or prefetch")?;
-        let model = Model::open_with(&path, use_mmap, prefetch)?;
+        let given = Given::read(perl, &args.rest(1), &names(OPEN_OPTIONS).collect::<Vec<_>>())?;
+        let mut open = OpenArgs { path: None, use_mmap: true, prefetch: false };
+        given.apply(perl, OPEN_OPTIONS, &mut open)?;
+        let path = open.path.ok_or_else(|| Error::Argument("missing model => $path (the GGUF file to load)".into()))?;
+        if open.prefetch && !open.use_mmap {
+            return Err(Error::Argument("prefetch reads the mapping in ahead, so it needs use_mmap => 1".into()).into());
+        }
+        let model = Model::open_with(&path, open.use_mmap, open.prefetch)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
     }
 
-    fn mmap_size(args) {
-        args.expect(1, 1, "self")?;
-        Ok(Ret::One(args.perl().uint(this(args)?.mapped_bytes() as u64)))
+    fn _accessor_names(args) {
+        accessor_names(args, ACCESSORS)
+    }
+
+    fn _accessor(args) {
+        read_accessor(args, CLASS, ACCESSORS)
     }
 
     fn filename(args) {
@@ -182,30 +232,5 @@ xs_subs! { "Lugh::Model";
     fn use_mmap(args) {
         args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().int(this(args)?.uses_mmap() as i64)))
-    }
-
-    fn _hparam(args) {
-        args.expect(2, 2, "self, name")?;
-        let perl = args.perl();
-        let name = perl.string_arg(args.get(1), "hyperparameter")?;
-        as_method(&format!("{CLASS}->{name}"), || {
-            let m = this(args)?;
-            Ok(Ret::One(match name.as_str() {
-                "n_layer" => opt_int(perl, m.n_layer()),
-                "n_embd" => opt_int(perl, m.n_embd()),
-                "n_head" => opt_int(perl, m.n_head()),
-                "n_head_kv" => opt_int(perl, m.n_head_kv()),
-                "n_ff" => opt_int(perl, m.n_ff()),
-                "n_ctx_train" => opt_int(perl, m.n_ctx_train()),
-                "n_vocab" => opt_int(perl, m.n_vocab()),
-                "rope_freq_base" => m.rope_freq_base().map_or(perl.undef(), |v| perl.float(v)),
-                "norm_eps" => m.norm_eps().map_or(perl.undef(), |v| perl.float(v)),
-                "arch_has_combined_qkv" => perl.int(m.has_combined_qkv() as i64),
-                "arch_has_ffn_gate" => perl.int(m.has_ffn_gate() as i64),
-                "arch_has_post_norm" => perl.int(m.has_post_norm() as i64),
-                "arch_is_recurrent" => perl.int(m.is_recurrent() as i64),
-                other => return Err(Error::Argument(format!("unknown hyperparameter '{other}'"))),
-            }))
-        })
     }
 }

@@ -4,7 +4,7 @@ use crate::engine::model::Model;
 use crate::engine::tokenizer::utf8::{lossy, StreamDecoder};
 use crate::engine::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
 use crate::engine::Error;
-use crate::glue::{new_object, object_arc, Args, Perl, Ret, Sv};
+use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
 use crate::xs_subs;
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +14,25 @@ const DECODER_CLASS: &str = "Lugh::Tokenizer::Decoder";
 fn this(args: &Args) -> Result<Arc<Vocab>, Error> {
     object_arc::<Vocab>(args.perl(), args.get(0), CLASS)
 }
+
+/// The vocabulary's facts: one accessor method each.
+const ACCESSORS: &[Accessor<Vocab>] = &[
+    Accessor { name: "n_vocab", read: |v, perl| Ok(perl.int(v.n_vocab() as i64)) },
+    Accessor { name: "bos_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().bos)) },
+    Accessor { name: "eos_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().eos)) },
+    Accessor { name: "eot_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().eot)) },
+    Accessor { name: "eom_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().eom)) },
+    Accessor { name: "pad_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().pad)) },
+    Accessor { name: "unk_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().unk)) },
+    Accessor { name: "sep_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().sep)) },
+    Accessor { name: "mask_id", read: |v, perl| Ok(opt_id(perl, v.special_ids().mask)) },
+    Accessor { name: "add_bos", read: |v, perl| Ok(perl.bool(v.add_bos_default())) },
+    Accessor { name: "add_eos", read: |v, perl| Ok(perl.bool(v.add_eos_default())) },
+    Accessor { name: "add_space_prefix", read: |v, perl| Ok(perl.bool(v.adds_space_prefix())) },
+    Accessor { name: "algorithm", read: |v, perl| Ok(perl.str(v.algorithm())) },
+    Accessor { name: "model_name", read: |v, perl| Ok(perl.str(v.model_name())) },
+    Accessor { name: "pre_tokenizer", read: |v, perl| Ok(v.pre_name().map_or(perl.undef(), |p| perl.str(p))) },
+];
 
 /// A token id argument, checked against the vocabulary.
 fn id_arg(perl: Perl, vocab: &Vocab, sv: Sv) -> Result<i32, Error> {
@@ -152,30 +171,12 @@ xs_subs! { "Lugh::Tokenizer";
         Ok(Ret::List(vocab.eog_ids().iter().map(|&id| perl.int(id as i64)).collect()))
     }
 
-    fn _info(args) {
-        args.expect(2, 2, "self, name")?;
-        let vocab = this(args)?;
-        let perl = args.perl();
-        let name = perl.string_arg(args.get(1), "name")?;
-        let ids = vocab.special_ids();
-        Ok(Ret::One(match name.as_str() {
-            "n_vocab" => perl.int(vocab.n_vocab() as i64),
-            "bos_id" => opt_id(perl, ids.bos),
-            "eos_id" => opt_id(perl, ids.eos),
-            "eot_id" => opt_id(perl, ids.eot),
-            "eom_id" => opt_id(perl, ids.eom),
-            "pad_id" => opt_id(perl, ids.pad),
-            "unk_id" => opt_id(perl, ids.unk),
-            "sep_id" => opt_id(perl, ids.sep),
-            "mask_id" => opt_id(perl, ids.mask),
-            "add_bos" => perl.bool(vocab.add_bos_default()),
-            "add_eos" => perl.bool(vocab.add_eos_default()),
-            "add_space_prefix" => perl.bool(vocab.adds_space_prefix()),
-            "algorithm" => perl.str(vocab.algorithm()),
-            "model_name" => perl.str(vocab.model_name()),
-            "pre_tokenizer" => vocab.pre_name().map_or(perl.undef(), |p| perl.str(p)),
-            other => return Err(Error::Argument(format!("unknown tokenizer property '{other}'")).into()),
-        }))
+    fn _accessor_names(args) {
+        accessor_names(args, ACCESSORS)
+    }
+
+    fn _accessor(args) {
+        read_accessor(args, CLASS, ACCESSORS)
     }
 
     fn _decoder(args) as "Lugh::Tokenizer->decoder" {

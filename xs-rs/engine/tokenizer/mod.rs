@@ -229,10 +229,6 @@ impl Vocab {
         self.ids.get(text).copied()
     }
 
-    pub fn score(&self, id: i32) -> Result<f32> {
-        Ok(self.scores[self.check_id(id)?])
-    }
-
     /// The token's type after llama.cpp's adjustments (e.g. end-of-turn
     /// tokens that a file marks as normal are treated as control tokens).
     pub fn token_type(&self, id: i32) -> Result<TokenType> {
@@ -260,6 +256,7 @@ impl Vocab {
     }
 
     /// Tokenizes text exactly like llama.cpp's llama_tokenize.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<i32> {
         self.encode_bytes(text.as_bytes(), EncodeOptions { add_bos, add_eos: false, parse_special })
     }
@@ -378,6 +375,7 @@ impl Vocab {
     /// The bytes a token stands for (byte tokens → their byte, `▁` → space,
     /// byte-level BPE unmapped). Control tokens give their text only when
     /// `special` is true. Errors for an id out of range.
+    #[cfg(test)]
     pub fn token_to_piece(&self, id: i32, special: bool) -> Result<Vec<u8>> {
         Ok(self.piece(id, special)?.to_vec())
     }
