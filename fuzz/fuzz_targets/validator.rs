@@ -3,7 +3,7 @@
 //! finite-or-rejected, never a ggml abort or a fault.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lugh::engine::inference::{FlashAttn, Inference, InferenceOptions, Output};
+use lugh::engine::inference::{FlashAttn, Runner, InferenceOptions, Output};
 mod common;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         flash_attn: Some(FlashAttn::Disabled),
         ..Default::default()
     };
-    let inference = match Inference::new(model, options) {
+    let inference = match Runner::new(model, options) {
         Ok(i) => i,
         Err(e) => return common::check_error(&e),
     };

@@ -7,9 +7,9 @@
 //! context is dropped, and only the new tokens are evaluated.
 //!
 //! The loop only needs "logits for the next tokens" and "the text and kind of
-//! a token", so it is written against two small traits; [`CachedSession`] and
+//! a token", so it is written against two small traits; [`CachedRunner`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
-use super::inference::{ComputePool, Inference, KvCache};
+use super::inference::{ComputePool, KvCache, Runner};
 use super::logits::{log_softmax_into, top_k};
 use super::profile::Phase;
 use super::sampler::{Sampler, SamplerOptions};
@@ -51,15 +51,14 @@ impl TokenText for Vocab {
     }
 }
 
-/// An inference session appending to one KV cache, optionally through a
-/// compute pool.
-pub struct CachedSession<'a> {
-    pub inference: &'a Inference,
+/// A runner appending to one KV cache, optionally through a compute pool.
+pub struct CachedRunner<'a> {
+    pub runner: &'a Runner,
     pub cache: &'a mut KvCache,
     pub pool: Option<&'a mut ComputePool>,
 }
 
-impl LogitsSource for CachedSession<'_> {
+impl LogitsSource for CachedRunner<'_> {
     fn context(&self) -> &[i32] {
         self.cache.tokens()
     }
@@ -67,16 +66,16 @@ impl LogitsSource for CachedSession<'_> {
         self.cache.n_ctx()
     }
     fn n_batch(&self) -> usize {
-        self.inference.n_batch()
+        self.runner.n_batch()
     }
     fn truncate(&mut self, n: usize) -> Result<()> {
         self.cache.resize(n)
     }
     fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()> {
-        self.inference.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), logits)
+        self.runner.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), logits)
     }
     fn record(&self, phase: Phase, elapsed: Duration) {
-        self.inference.record(phase, elapsed);
+        self.runner.record(phase, elapsed);
     }
 }
 

@@ -10,7 +10,8 @@
 use super::arch::{Activation, ArchSpec, HParams};
 use super::arch::{Experts, Norm, QkNorm};
 use super::ggml_ops::row_size;
-use super::ggml_ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
+use super::ggml_ops::{GraphCtx, RopeParams, Tensor};
+use super::graph_inputs::{GraphInputs, SegmentInputs};
 use super::kv_cache::KvCache;
 use super::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
@@ -24,25 +25,10 @@ pub struct Segment<'a> {
     pub all_outputs: bool,
 }
 
-/// The input tensors of one segment.
-pub struct SegmentInputs {
-    pub k_idxs: Tensor,
-    pub v_idxs: Tensor,
-    /// Causal mask over the segment's cache [n_kv, n_tokens] (when some
-    /// layer is global: a graph input no op reads would get no memory).
-    pub mask: Option<Tensor>,
-    /// The same with the sliding window, for SWA layers.
-    pub mask_swa: Option<Tensor>,
-    pub n_kv: usize,
-}
-
 /// A built graph and its inputs/outputs.
 pub struct ForwardGraph {
     pub g: GraphCtx,
-    pub tokens: Tensor,
-    pub pos: Tensor,
-    pub out_ids: Tensor,
-    pub segments: Vec<SegmentInputs>,
+    pub inputs: GraphInputs,
     /// [n_vocab, n_outputs]
     pub logits: Tensor,
     pub n_outputs: usize,
@@ -82,28 +68,8 @@ impl Blueprint<'_> {
             .ok_or_else(|| Error::Ggml("cannot allocate the graph context".into()))?;
         let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64 };
 
-        // inputs (llama.cpp's build_inp_embd, build_inp_pos, build_attn_inp_kv, build_inp_out_ids)
-        let tokens = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_tokens");
-        let pos = input(&g, GGML_TYPE_I32, &[n_tokens as i64], "inp_pos");
-        let mask_type = if self.flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
-        let has_swa = hp.swa_layers.iter().any(|&s| s);
-        let has_global = hp.swa_layers.iter().any(|&s| !s) || hp.swa_layers.is_empty();
-        let seg_inputs: Vec<SegmentInputs> = segments
-            .iter()
-            .map(|s| {
-                let n = s.n_tokens as i64;
-                let n_kv = if worst_case { s.cache.layout().kv_size } else { s.cache.n_kv(s.n_tokens) };
-                let v_len = if s.cache.layout().v_trans { n * hp.n_embd_v_gqa() as i64 } else { n };
-                SegmentInputs {
-                    k_idxs: input(&g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
-                    v_idxs: input(&g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
-                    mask: has_global.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask")),
-                    mask_swa: has_swa.then(|| input(&g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask_swa")),
-                    n_kv,
-                }
-            })
-            .collect();
-        let out_ids = input(&g, GGML_TYPE_I32, &[n_outputs as i64], "out_ids");
+        let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
+        let (tokens, pos, out_ids, seg_inputs) = (inputs.tokens, inputs.pos, inputs.out_ids, &inputs.segments);
 
         let w = self.weights;
         let mut inp_l = g.get_rows(w.tok_embd, tokens);
@@ -122,14 +88,14 @@ impl Blueprint<'_> {
             let last = il + 1 == w.layers.len();
             if self.spec.parallel_block {
                 let rows = last.then_some(out_ids);
-                inp_l = b.parallel_layer(inp_l, layer, segments, &seg_inputs, pos, rows, il);
+                inp_l = b.parallel_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
                 continue;
             }
             let mut attn_in = match layer.attn_norm {
                 Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
                 None => inp_l,
             };
-            let mut cur = b.attention(attn_in, &layer.attn, segments, &seg_inputs, pos, il);
+            let mut cur = b.attention(attn_in, &layer.attn, segments, seg_inputs, pos, il);
             let mut residual = inp_l;
             if last {
                 // only the output rows go on past attention (llama.cpp's inp_out_ids)
@@ -181,15 +147,8 @@ impl Blueprint<'_> {
         name(logits, "result_output", None);
         logits.set_output();
         g.expand(logits);
-        Ok(ForwardGraph { g, tokens, pos, out_ids, segments: seg_inputs, logits, n_outputs })
+        Ok(ForwardGraph { g, inputs, logits, n_outputs })
     }
-}
-
-fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
-    let t = g.new_tensor(ty, ne);
-    t.set_name(label);
-    t.set_input();
-    t
 }
 
 fn name(t: Tensor, label: &str, il: Option<usize>) {
@@ -530,69 +489,4 @@ fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
     let ne = t.ne();
     let nb = t.nb();
     g.view_3d(t, [ne[0], ne[1], n], [nb[1], nb[2]], first as usize * nb[2])
-}
-
-/// Fills a causal mask [n_kv, n_tokens] for tokens at positions
-/// `first_pos..first_pos+n_tokens` of one sequence whose cell i holds
-/// position i; with `window` > 0 positions `window` or more behind are
-/// masked too (llama.cpp's standard SWA). `keep` (0) and `drop` (-inf) are
-/// given in the mask's element type: f32, or f16 bits for flash attention.
-#[cfg(test)]
-pub fn causal_mask<T: Copy>(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32, keep: T, drop: T) -> Vec<T> {
-    let mut m = Vec::new();
-    causal_mask_into(&mut m, n_kv, first_pos, n_tokens, window, keep, drop);
-    m
-}
-
-/// [`causal_mask`] into `m`, reusing its memory.
-pub fn causal_mask_into<T: Copy>(
-    m: &mut Vec<T>,
-    n_kv: usize,
-    first_pos: usize,
-    n_tokens: usize,
-    window: u32,
-    keep: T,
-    drop: T,
-) {
-    m.clear();
-    m.resize(n_kv * n_tokens, drop);
-    for i in 0..n_tokens {
-        let p1 = first_pos + i;
-        let row = &mut m[i * n_kv..(i + 1) * n_kv];
-        for (p0, cell) in row.iter_mut().enumerate().take(p1 + 1) {
-            if window == 0 || p1 - p0 < window as usize {
-                *cell = keep;
-            }
-        }
-    }
-}
-
-/// The f16 bit patterns of a mask's 0 and -inf (flash attention's mask type).
-pub const F16_ZERO: u16 = 0x0000;
-pub const F16_NEG_INF: u16 = 0xFC00;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn causal_mask_sees_the_past_only() {
-        let inf = f32::NEG_INFINITY;
-        let m = causal_mask(4, 1, 2, 0, 0.0, inf);
-        assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
-    }
-
-    #[test]
-    fn sliding_window_masks_old_positions() {
-        let inf = f32::NEG_INFINITY;
-        let m = causal_mask(4, 3, 1, 2, 0.0, inf);
-        assert_eq!(m, vec![inf, inf, 0.0, 0.0]);
-    }
-
-    #[test]
-    fn f16_mask_bits() {
-        let m = causal_mask(2, 0, 1, 0, F16_ZERO, F16_NEG_INF);
-        let bytes: Vec<u8> = m.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        assert_eq!(bytes, vec![0, 0, 0x00, 0xFC]);
-    }
 }

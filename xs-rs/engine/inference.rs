@@ -1,14 +1,15 @@
-//! Inference sessions: the contract between the forward pass (graph, weights,
-//! KV cache on a ggml backend) and the perl-facing layer (Lugh::Inference).
+//! The [`Runner`]: a model's forward pass on one ggml backend with fixed
+//! settings (graph, weights, KV cache layout). A [`super::session::Inference`]
+//! (the Perl Lugh::Inference) owns one.
 //!
-//! A session holds what lives as long as it does (hyperparameters, weights on
+//! A runner holds what lives as long as it does (hyperparameters, weights on
 //! the device, the backend); the mutable state of a conversation lives in a
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use super::arch::{self, ArchSpec, HParams};
 use super::compute::{BatchShape, StepScratch};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
-use super::graph::{causal_mask_into, Blueprint, ForwardGraph, Segment, F16_NEG_INF, F16_ZERO};
+use super::graph::{Blueprint, Segment};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
@@ -57,9 +58,9 @@ pub struct InferenceOptions {
     pub n_batch: Option<usize>,
 }
 
-/// One inference session over a model on one backend. Shareable between
-/// threads of Rust (`Send + Sync`); mutable state lives in KvCache/ComputePool.
-pub struct Inference {
+/// A model's forward pass on one backend. Shareable between threads of Rust
+/// (`Send + Sync`); mutable state lives in KvCache/ComputePool.
+pub struct Runner {
     // Drop order: pools and weights before the backend, all before the model.
     // Empty while a call has the pool out (a generate callback may run
     // another forward on this session: it gets a pool of its own).
@@ -111,11 +112,11 @@ pub fn physical_cores() -> usize {
     }
 }
 
-impl Inference {
+impl Runner {
     /// Checks the architecture (unsupported → Error naming it), resolves the
     /// options and the backend (unknown/unavailable → Error listing those
     /// available), and uploads or maps the weights.
-    pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Inference> {
+    pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Runner> {
         let arch_name = model.architecture().unwrap_or("(none: general.architecture is missing)").to_string();
         let spec = arch::spec_for(&arch_name, model.path())?;
         let hp = HParams::load(&model, spec)?;
@@ -187,7 +188,7 @@ impl Inference {
         backend.set_n_threads(n_threads);
         let weights = model.weights_on(device, || ModelWeights::load(&model, spec, &hp, device))?;
         let compute_buft = backend.default_buffer_type();
-        Ok(Inference {
+        Ok(Runner {
             default_pool: Mutex::new(None),
             profile: Mutex::new(Profile::default()),
             compute_buft,
@@ -331,7 +332,7 @@ impl Inference {
         })
     }
 
-    /// [`Inference::forward`] with Output::Last, the logits written into
+    /// [`Runner::forward`] with Output::Last, the logits written into
     /// `out` (its memory reused: a decode step allocates nothing).
     pub fn forward_last_into(
         &self,
@@ -473,7 +474,7 @@ impl Inference {
             timed(&self.profile, Phase::Allocate, || pool.allocate(scratch.key.clone(), graph))?;
         }
         let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
-        timed(&self.profile, Phase::Inputs, || self.set_inputs(graph, segs, all, scratch));
+        timed(&self.profile, Phase::Inputs, || graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, scratch));
         let computed = timed(&self.profile, Phase::Compute, || {
             self.backend.lock().unwrap_or_else(|e| e.into_inner()).compute(&graph.g)
         });
@@ -506,48 +507,6 @@ impl Inference {
     /// Adds time spent outside the forward pass (generate's phases).
     pub fn record(&self, phase: Phase, elapsed: std::time::Duration) {
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).add(phase, elapsed);
-    }
-
-    fn set_inputs(&self, graph: &ForwardGraph, segs: &[(&mut KvCache, &[i32])], all: bool, scratch: &mut StepScratch) {
-        let StepScratch { tokens, pos, out_ids, idxs, mask_f32, mask_f16, .. } = scratch;
-        tokens.clear();
-        pos.clear();
-        out_ids.clear();
-        let n_swa = self.hp.n_swa;
-        for ((cache, toks), inp) in segs.iter().zip(&graph.segments) {
-            let first = tokens.len() as i32;
-            let start = cache.n_cached();
-            tokens.extend_from_slice(toks);
-            pos.extend((0..toks.len()).map(|i| (start + i) as i32));
-            if all {
-                out_ids.extend((0..toks.len() as i32).map(|i| first + i));
-            } else {
-                out_ids.push(first + toks.len() as i32 - 1);
-            }
-            cache.k_idxs_into(toks.len(), idxs);
-            rt::tensor_set(inp.k_idxs, idxs);
-            cache.v_idxs_into(toks.len(), idxs);
-            rt::tensor_set(inp.v_idxs, idxs);
-            // the mask in its graph type: f16 with flash attention, else f32
-            let mut fill = |mask, window| {
-                if self.flash_attn {
-                    causal_mask_into(mask_f16, inp.n_kv, start, toks.len(), window, F16_ZERO, F16_NEG_INF);
-                    rt::tensor_set(mask, mask_f16);
-                } else {
-                    causal_mask_into(mask_f32, inp.n_kv, start, toks.len(), window, 0f32, f32::NEG_INFINITY);
-                    rt::tensor_set(mask, mask_f32);
-                }
-            };
-            if let Some(m) = inp.mask {
-                fill(m, 0);
-            }
-            if let Some(m) = inp.mask_swa {
-                fill(m, n_swa);
-            }
-        }
-        rt::tensor_set(graph.tokens, tokens);
-        rt::tensor_set(graph.pos, pos);
-        rt::tensor_set(graph.out_ids, out_ids);
     }
 }
 

@@ -33,14 +33,14 @@ fn open(name: &str) -> Option<Arc<Model>> {
     Some(Arc::new(Model::open(&path, true).expect("model opens")))
 }
 
-fn session(model: &Arc<Model>, flash: bool, n_ctx: usize) -> Inference {
+fn session(model: &Arc<Model>, flash: bool, n_ctx: usize) -> Runner {
     let opts = InferenceOptions {
         n_threads: Some(std::env::var("LUGH_TEST_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(2)),
         n_ctx: Some(n_ctx),
         flash_attn: Some(if flash { FlashAttn::Enabled } else { FlashAttn::Disabled }),
         ..Default::default()
     };
-    Inference::new(Arc::clone(model), opts).expect("session")
+    Runner::new(Arc::clone(model), opts).expect("session")
 }
 
 /// One reference case: prompt ids, top-20 (id, logit), greedy continuation.
@@ -362,14 +362,12 @@ fn bad_tokens_are_refused() {
 #[test]
 fn options_and_backends() {
     let Some(model) = open(MODELS[0]) else { return };
-    let err = Inference::new(
-        Arc::clone(&model),
-        InferenceOptions { backend: Some("NoSuchGPU".into()), ..Default::default() },
-    )
-    .err()
-    .unwrap();
+    let err =
+        Runner::new(Arc::clone(&model), InferenceOptions { backend: Some("NoSuchGPU".into()), ..Default::default() })
+            .err()
+            .unwrap();
     assert!(err.to_string().contains("NoSuchGPU") && err.to_string().contains("CPU"), "{err}");
-    let inf = Inference::new(Arc::clone(&model), InferenceOptions::default()).unwrap();
+    let inf = Runner::new(Arc::clone(&model), InferenceOptions::default()).unwrap();
     assert_eq!(inf.backend_name(), "CPU");
     assert_eq!(inf.n_ctx(), 4096.min(model.n_ctx_train().unwrap() as usize));
     assert_eq!(inf.n_batch(), 512);
@@ -389,7 +387,7 @@ fn forward_all_has_one_row_per_token_and_chunks_agree() {
         flash_attn: Some(FlashAttn::Enabled),
         ..Default::default()
     };
-    let small_batches = Inference::new(Arc::clone(&model), opts).unwrap();
+    let small_batches = Runner::new(Arc::clone(&model), opts).unwrap();
     let inf = session(&model, true, 64);
     let mut c1 = small_batches.new_cache().unwrap();
     let a = small_batches.forward(&mut c1, SENTENCE, Output::All, None).unwrap();
@@ -411,7 +409,7 @@ fn bench_pp64_tg32() {
     let Some(model) = open(&name) else { return };
     let threads = std::env::var("LUGH_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or_else(physical_cores);
     let opts = InferenceOptions { n_threads: Some(threads), n_ctx: Some(1024), ..Default::default() };
-    let inf = Inference::new(Arc::clone(&model), opts).unwrap();
+    let inf = Runner::new(Arc::clone(&model), opts).unwrap();
     let n = inf.n_vocab() as i32;
     let prompt: Vec<i32> = (0..64).map(|i| (i * 7919 + 13) % n).collect();
     let mut pool = inf.new_pool().unwrap();

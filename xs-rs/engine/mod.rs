@@ -14,6 +14,7 @@ pub mod ggml_runtime;
 pub mod ggml_sys;
 pub mod gguf;
 pub mod graph;
+pub mod graph_inputs;
 pub mod inference;
 pub mod kv_cache;
 pub mod live;

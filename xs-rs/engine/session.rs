@@ -1,14 +1,15 @@
-//! What one Lugh::Inference object holds, and the caches and pools made from
+//! [`Inference`]: what one Lugh::Inference object holds (its [`Runner`] and
+//! scratch caches), and the caches and pools made from
 //! it. The perl objects are `Arc`s of these types: a [`CacheHandle`] or
-//! [`PoolHandle`] holds an `Arc<Session>`, and a session holds its model's
+//! [`PoolHandle`] holds an `Arc<Inference>`, and a session holds its model's
 //! `Arc`, so parents outlive their children whatever order perl frees them in.
 //!
 //! No lock is held while perl code runs (the generate callback may call back
 //! into the same session): scratch caches and the session's default pool are
 //! taken out of their slots for the duration of a call and put back afterwards.
-use super::generate::{self, CachedSession, GenerateOptions, Generation, Step, TokenText};
+use super::generate::{self, CachedRunner, GenerateOptions, Generation, Step, TokenText};
 use super::ggml_runtime::Device;
-use super::inference::{ComputePool, Inference, InferenceOptions, KvCache, Output};
+use super::inference::{ComputePool, InferenceOptions, KvCache, Output, Runner};
 use super::kv_cache::{CacheLayout, KV_PAD};
 use super::model::Model;
 use super::{Error, Result};
@@ -23,8 +24,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub struct Session {
-    pub engine: Inference,
+/// The Perl Lugh::Inference: a runner, and scratch caches for the calls
+/// that bring no cache of their own.
+pub struct Inference {
+    pub runner: Runner,
     scratch_caches: Mutex<Vec<KvCache>>,
     _live: super::live::Live,
 }
@@ -34,7 +37,7 @@ pub struct Session {
 /// standalone cache (made from its shape, not by a session) belongs to the
 /// first session that uses it.
 pub struct CacheHandle {
-    session: OnceLock<Arc<Session>>,
+    session: OnceLock<Arc<Inference>>,
     cache: Mutex<Option<KvCache>>,
 }
 
@@ -54,7 +57,7 @@ const MAX_HEAD_DIM: usize = 8192;
 
 /// A compute pool of one session (Lugh::MemoryPool).
 pub struct PoolHandle {
-    session: Arc<Session>,
+    session: Arc<Inference>,
     pool: Mutex<ComputePool>,
 }
 
@@ -102,32 +105,32 @@ impl PoolHandle {
     }
 }
 
-impl Session {
-    pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Session> {
-        let engine = Inference::new(model, options)?;
+impl Inference {
+    pub fn new(model: Arc<Model>, options: InferenceOptions) -> Result<Inference> {
+        let runner = Runner::new(model, options)?;
         crate::debug_log!(
             "session on {}: n_threads {}, n_ctx {}, n_batch {}, flash_attn {}",
-            engine.backend_name(),
-            engine.n_threads(),
-            engine.n_ctx(),
-            engine.n_batch(),
-            if engine.flash_attn() { "on" } else { "off" }
+            runner.backend_name(),
+            runner.n_threads(),
+            runner.n_ctx(),
+            runner.n_batch(),
+            if runner.flash_attn() { "on" } else { "off" }
         );
-        Ok(Session { engine, scratch_caches: Mutex::new(Vec::new()), _live: super::live::Live::new() })
+        Ok(Inference { runner, scratch_caches: Mutex::new(Vec::new()), _live: super::live::Live::new() })
     }
 
     pub fn new_cache(self: &Arc<Self>) -> Result<CacheHandle> {
         let session = OnceLock::from(self.clone());
-        let cache = self.engine.new_cache()?;
+        let cache = self.runner.new_cache()?;
         crate::debug_log!("KV cache of {} positions: {:.1} MiB", cache.n_ctx(), super::debug::mib(cache.size_bytes()));
         Ok(CacheHandle { session, cache: Mutex::new(Some(cache)) })
     }
 
     pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
-        Ok(PoolHandle { session: self.clone(), pool: Mutex::new(self.engine.new_pool()?) })
+        Ok(PoolHandle { session: self.clone(), pool: Mutex::new(self.runner.new_pool()?) })
     }
 
-    fn check_owner(&self, owner: &Arc<Session>, what: &str) -> Result<()> {
+    fn check_owner(&self, owner: &Arc<Inference>, what: &str) -> Result<()> {
         if std::ptr::eq(Arc::as_ptr(owner), self) {
             Ok(())
         } else {
@@ -147,7 +150,7 @@ impl Session {
             return self.check_owner(owner, what);
         }
         let kv = slot.as_ref().ok_or_else(|| Error::Argument(LOST.into()))?;
-        let mine = self.engine.new_cache()?;
+        let mine = self.runner.new_cache()?;
         let (have, want) = (kv.layout(), mine.layout());
         let shape = |l: &CacheLayout, n_ctx: usize| {
             format!("n_layer {}, n_ctx {n_ctx}, n_head_kv {}, head_dim {}", l.n_layer, l.n_head_kv, l.head_dim_k)
@@ -180,7 +183,7 @@ impl Session {
             c.clear();
         }
         while caches.len() < n {
-            caches.push(self.engine.new_cache()?);
+            caches.push(self.runner.new_cache()?);
         }
         Ok(caches)
     }
@@ -209,11 +212,11 @@ impl Session {
         let result = match cache {
             Some(c) => {
                 self.own_cache(c, "KV cache")?;
-                c.with(|kv| self.engine.forward(kv, tokens, output, pool_ref))
+                c.with(|kv| self.runner.forward(kv, tokens, output, pool_ref))
             }
             None => {
                 let mut scratch = self.take_scratch(1)?;
-                let result = self.engine.forward(&mut scratch[0], tokens, output, pool_ref);
+                let result = self.runner.forward(&mut scratch[0], tokens, output, pool_ref);
                 self.return_scratch(scratch);
                 result.map_err(without_cache)
             }
@@ -242,7 +245,7 @@ impl Session {
         let pool_ref = pool_guard.as_deref_mut();
         let Some(handles) = caches else {
             let mut scratch = self.take_scratch(sequences.len())?;
-            let result = self.engine.forward_batch(&mut scratch, sequences, pool_ref);
+            let result = self.runner.forward_batch(&mut scratch, sequences, pool_ref);
             self.return_scratch(scratch);
             return result.map_err(without_cache);
         };
@@ -259,7 +262,7 @@ impl Session {
             return Err(Error::Argument(LOST.into()));
         }
         let mut moved: Vec<KvCache> = guards.iter_mut().map(|g| g.take().expect("checked above")).collect();
-        let result = self.engine.forward_batch(&mut moved, sequences, pool_ref);
+        let result = self.runner.forward_batch(&mut moved, sequences, pool_ref);
         for (g, c) in guards.iter_mut().zip(moved) {
             **g = Some(c);
         }
@@ -281,7 +284,7 @@ impl Session {
         // The model's own end-of-generation tokens, stop strings and text
         // need the vocabulary; a user's eos_token alone does not, so a model
         // without a usable one can still generate ids.
-        let vocab = match self.engine.model().vocab() {
+        let vocab = match self.runner.model().vocab() {
             Ok(v) => Some(v),
             Err(_) if options.eos_token.is_some() && options.stop.is_empty() && !options.need_text => None,
             Err(e) => return Err(e.into()),
@@ -293,8 +296,8 @@ impl Session {
             }
             None => self.take_scratch(1)?.pop().expect("one cache"),
         };
-        let mut pool = self.engine.take_default_pool()?;
-        let mut source = CachedSession { inference: &self.engine, cache: &mut kv, pool: Some(&mut pool) };
+        let mut pool = self.runner.take_default_pool()?;
+        let mut source = CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool) };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_token, on_end);
         if let Ok(g) = &result {
@@ -308,7 +311,7 @@ impl Session {
                 g.generate_seconds * 1e3
             );
         }
-        self.engine.put_default_pool(pool);
+        self.runner.put_default_pool(pool);
         match cache {
             Some(c) => *lock(&c.cache) = Some(kv),
             None => self.return_scratch(vec![kv]),

@@ -228,8 +228,33 @@ struct Loader<'a> {
 }
 
 impl<'a> Loader<'a> {
-    /// Registers `kind` (for layer `il`) and returns its index in `pending`;
-    /// None for an absent optional tensor, an error for an absent required one.
+    /// Registers the tensor `kind` (of layer `il`), which the architecture
+    /// needs, and returns its index in `pending`; an error when it is absent.
+    fn require(&mut self, kind: TensorKind, il: Option<usize>, suffix: &str, ne: &[i64]) -> Result<usize> {
+        self.require_as(kind, kind, il, suffix, ne)
+    }
+
+    /// As `require`, but reads the file tensor of `file_kind` for the role
+    /// `role` (tied output: the role Output over the file's token_embd).
+    fn require_as(
+        &mut self,
+        role: TensorKind,
+        file_kind: TensorKind,
+        il: Option<usize>,
+        suffix: &str,
+        ne: &[i64],
+    ) -> Result<usize> {
+        let found = self.want_as(role, file_kind, il, suffix, true, ne)?;
+        Ok(found.expect("a required tensor is found or refused"))
+    }
+
+    /// Registers the tensor `kind` if the file has it (None when it does not).
+    fn optional(&mut self, kind: TensorKind, il: Option<usize>, suffix: &str, ne: &[i64]) -> Result<Option<usize>> {
+        self.want_as(kind, kind, il, suffix, false, ne)
+    }
+
+    /// `require` or `optional` as `required` says (for tensors an
+    /// architecture's row makes optional).
     fn want(
         &mut self,
         kind: TensorKind,
@@ -241,8 +266,8 @@ impl<'a> Loader<'a> {
         self.want_as(kind, kind, il, suffix, required, ne)
     }
 
-    /// As `want`, but reads the file tensor of `file_kind` for the role `role`
-    /// (tied output: the role Output over the file's token_embd).
+    /// Registers a tensor: None for an absent optional one, an error for an
+    /// absent required one or a wrong shape.
     fn want_as(
         &mut self,
         role: TensorKind,
@@ -349,37 +374,37 @@ impl ModelWeights {
         let v_dim = hp.n_embd_v_gqa() as i64;
         let o_dim = (hp.n_head * hp.head_dim_v) as i64;
         use TensorKind::*;
-        let tok_embd = ld.want(TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap();
+        let tok_embd = ld.require(TokenEmbd, None, "weight", &[n_embd, n_vocab])?;
         let pos_embd = if spec.rope == Rope::None {
-            ld.want(PosEmbd, None, "weight", true, &[n_embd, hp.n_ctx_train as i64])?
+            Some(ld.require(PosEmbd, None, "weight", &[n_embd, hp.n_ctx_train as i64])?)
         } else {
             None
         };
-        let output_norm = ld.want(OutputNorm, None, "weight", true, &[n_embd])?.unwrap();
+        let output_norm = ld.require(OutputNorm, None, "weight", &[n_embd])?;
         let biases = spec.dense_biases;
         let layer_norm = spec.norm == Norm::Layer;
-        let output_norm_b = if layer_norm { ld.want(OutputNorm, None, "bias", true, &[n_embd])? } else { None };
+        let output_norm_b = if layer_norm { Some(ld.require(OutputNorm, None, "bias", &[n_embd])?) } else { None };
         let own_output = match spec.output {
             OutputWeight::Embd => None,
-            OutputWeight::OwnOrEmbd => ld.want(Output, None, "weight", false, &[n_embd, n_vocab])?,
-            OutputWeight::Own => ld.want(Output, None, "weight", true, &[n_embd, n_vocab])?,
+            OutputWeight::OwnOrEmbd => ld.optional(Output, None, "weight", &[n_embd, n_vocab])?,
+            OutputWeight::Own => Some(ld.require(Output, None, "weight", &[n_embd, n_vocab])?),
         };
         let output = match own_output {
             Some(i) => i,
-            None => ld.want_as(Output, TokenEmbd, None, "weight", true, &[n_embd, n_vocab])?.unwrap(),
+            None => ld.require_as(Output, TokenEmbd, None, "weight", &[n_embd, n_vocab])?,
         };
         let n_factors = [hp.n_rot as i64 / 2];
         let long_short =
             spec.rope_factors == RopeFactors::LongShort || (spec.rope_factors == RopeFactors::Freqs && hp.longrope);
         let rope_freqs = if spec.rope_factors == RopeFactors::Freqs && !hp.longrope {
-            ld.want(RopeFreqs, None, "weight", false, &n_factors)?
+            ld.optional(RopeFreqs, None, "weight", &n_factors)?
         } else {
             None
         };
         let (rope_long, rope_short) = if long_short {
             (
-                ld.want(RopeFactorsLong, None, "weight", false, &n_factors)?,
-                ld.want(RopeFactorsShort, None, "weight", false, &n_factors)?,
+                ld.optional(RopeFactorsLong, None, "weight", &n_factors)?,
+                ld.optional(RopeFactorsShort, None, "weight", &n_factors)?,
             )
         } else {
             (None, None)
@@ -412,16 +437,16 @@ impl ModelWeights {
             // llama.cpp's create_tensor_qkv: a fused attn_qkv if the file has
             // one, else the three projections; biases optional either way
             let qkv_dim = q_dim + k_dim + v_dim;
-            let qkv = match ld.want(AttnQkv, l, "weight", false, &[n_embd, qkv_dim])? {
-                Some(qkv) => QkvIdx::Fused { qkv, bias: ld.want(AttnQkv, l, "bias", false, &[qkv_dim])? },
+            let qkv = match ld.optional(AttnQkv, l, "weight", &[n_embd, qkv_dim])? {
+                Some(qkv) => QkvIdx::Fused { qkv, bias: ld.optional(AttnQkv, l, "bias", &[qkv_dim])? },
                 None => QkvIdx::Separate {
-                    q: ld.want(AttnQ, l, "weight", true, &[n_embd, q_dim])?.unwrap(),
-                    k: ld.want(AttnK, l, "weight", true, &[n_embd, k_dim])?.unwrap(),
-                    v: ld.want(AttnV, l, "weight", true, &[n_embd, v_dim])?.unwrap(),
+                    q: ld.require(AttnQ, l, "weight", &[n_embd, q_dim])?,
+                    k: ld.require(AttnK, l, "weight", &[n_embd, k_dim])?,
+                    v: ld.require(AttnV, l, "weight", &[n_embd, v_dim])?,
                     bias: [
-                        ld.want(AttnQ, l, "bias", false, &[q_dim])?,
-                        ld.want(AttnK, l, "bias", false, &[k_dim])?,
-                        ld.want(AttnV, l, "bias", false, &[v_dim])?,
+                        ld.optional(AttnQ, l, "bias", &[q_dim])?,
+                        ld.optional(AttnK, l, "bias", &[k_dim])?,
+                        ld.optional(AttnV, l, "bias", &[v_dim])?,
                     ],
                 },
             };
@@ -430,16 +455,16 @@ impl ModelWeights {
                 let (n_expert, n_ff_exp, n_ff_shexp) = (hp.n_expert as i64, hp.n_ff_exp as i64, hp.n_ff_shexp as i64);
                 let shared = if hp.n_ff_shexp > 0 {
                     Some([
-                        ld.want(FfnGateInpShexp, l, "weight", true, &[n_embd])?.unwrap(),
-                        ld.want(FfnGateShexp, l, "weight", true, &[n_embd, n_ff_shexp])?.unwrap(),
-                        ld.want(FfnUpShexp, l, "weight", true, &[n_embd, n_ff_shexp])?.unwrap(),
-                        ld.want(FfnDownShexp, l, "weight", true, &[n_ff_shexp, n_embd])?.unwrap(),
+                        ld.require(FfnGateInpShexp, l, "weight", &[n_embd])?,
+                        ld.require(FfnGateShexp, l, "weight", &[n_embd, n_ff_shexp])?,
+                        ld.require(FfnUpShexp, l, "weight", &[n_embd, n_ff_shexp])?,
+                        ld.require(FfnDownShexp, l, "weight", &[n_ff_shexp, n_embd])?,
                     ])
                 } else {
                     None
                 };
                 FfnIdx::Moe {
-                    router: ld.want(FfnGateInp, l, "weight", true, &[n_embd, n_expert])?.unwrap(),
+                    router: ld.require(FfnGateInp, l, "weight", &[n_embd, n_expert])?,
                     // llama's experts may lack a gate (then silu(up))
                     gate: ld.want(
                         FfnGateExps,
@@ -448,19 +473,22 @@ impl ModelWeights {
                         spec.experts != Experts::WhenCounted,
                         &[n_embd, n_ff_exp, n_expert],
                     )?,
-                    up: ld.want(FfnUpExps, l, "weight", true, &[n_embd, n_ff_exp, n_expert])?.unwrap(),
-                    down: ld.want(FfnDownExps, l, "weight", true, &[n_ff_exp, n_embd, n_expert])?.unwrap(),
+                    up: ld.require(FfnUpExps, l, "weight", &[n_embd, n_ff_exp, n_expert])?,
+                    down: ld.require(FfnDownExps, l, "weight", &[n_ff_exp, n_embd, n_expert])?,
                     shared,
                 }
             } else {
                 let up_rows = if spec.fused_ffn_up { 2 * n_ff } else { n_ff };
                 let gated = spec.act != Activation::Gelu && !spec.fused_ffn_up;
                 FfnIdx::Dense {
-                    gate: if gated { ld.want(FfnGate, l, "weight", true, &[n_embd, n_ff])? } else { None },
-                    up: ld.want(FfnUp, l, "weight", true, &[n_embd, up_rows])?.unwrap(),
-                    down: ld.want(FfnDown, l, "weight", true, &[n_ff, n_embd])?.unwrap(),
+                    gate: if gated { Some(ld.require(FfnGate, l, "weight", &[n_embd, n_ff])?) } else { None },
+                    up: ld.require(FfnUp, l, "weight", &[n_embd, up_rows])?,
+                    down: ld.require(FfnDown, l, "weight", &[n_ff, n_embd])?,
                     biases: if biases {
-                        [ld.want(FfnUp, l, "bias", true, &[up_rows])?, ld.want(FfnDown, l, "bias", true, &[n_embd])?]
+                        [
+                            Some(ld.require(FfnUp, l, "bias", &[up_rows])?),
+                            Some(ld.require(FfnDown, l, "bias", &[n_embd])?),
+                        ]
                     } else {
                         [None; 2]
                     },
@@ -472,42 +500,46 @@ impl ModelWeights {
             let ffn_norm_required = !spec.ffn_norm_optional;
             let norm_biases = if layer_norm && spec.pre_norms {
                 [
-                    ld.want(AttnNorm, l, "bias", true, &[n_embd])?,
+                    Some(ld.require(AttnNorm, l, "bias", &[n_embd])?),
                     if ffn_norm { ld.want(FfnNorm, l, "bias", ffn_norm_required, &[n_embd])? } else { None },
                 ]
             } else {
                 [None; 2]
             };
             layer_idx.push(LayerIdx {
-                attn_norm: if spec.pre_norms { ld.want(AttnNorm, l, "weight", true, &[n_embd])? } else { None },
+                attn_norm: if spec.pre_norms { Some(ld.require(AttnNorm, l, "weight", &[n_embd])?) } else { None },
                 qkv,
-                o: ld.want(AttnOut, l, "weight", true, &[o_dim, n_embd])?.unwrap(),
+                o: ld.require(AttnOut, l, "weight", &[o_dim, n_embd])?,
                 bo: if spec.out_bias || biases { ld.want(AttnOut, l, "bias", biases, &[n_embd])? } else { None },
                 norm_biases,
-                attn_norm_2: match (spec.parallel_block, ld.want(AttnNorm2, l, "weight", false, &[n_embd])?) {
-                    (true, Some(w)) => Some((w, ld.want(AttnNorm2, l, "bias", true, &[n_embd])?.unwrap())),
+                attn_norm_2: match (spec.parallel_block, ld.optional(AttnNorm2, l, "weight", &[n_embd])?) {
+                    (true, Some(w)) => Some((w, ld.require(AttnNorm2, l, "bias", &[n_embd])?)),
                     _ => None,
                 },
                 q_norm: match spec.qk_norm {
                     QkNorm::None => None,
-                    QkNorm::PerHead => ld.want(AttnQNorm, l, "weight", true, &[hd])?,
-                    QkNorm::Whole => ld.want(AttnQNorm, l, "weight", true, &[q_dim])?,
-                    QkNorm::EachHeadOptional => ld.want(AttnQNorm, l, "weight", false, &[hd, hp.n_head as i64])?,
+                    QkNorm::PerHead => Some(ld.require(AttnQNorm, l, "weight", &[hd])?),
+                    QkNorm::Whole => Some(ld.require(AttnQNorm, l, "weight", &[q_dim])?),
+                    QkNorm::EachHeadOptional => ld.optional(AttnQNorm, l, "weight", &[hd, hp.n_head as i64])?,
                 },
                 k_norm: match spec.qk_norm {
                     QkNorm::None => None,
-                    QkNorm::PerHead => ld.want(AttnKNorm, l, "weight", true, &[hd])?,
-                    QkNorm::Whole => ld.want(AttnKNorm, l, "weight", true, &[k_dim])?,
-                    QkNorm::EachHeadOptional => ld.want(AttnKNorm, l, "weight", false, &[hd, hp.n_head_kv as i64])?,
+                    QkNorm::PerHead => Some(ld.require(AttnKNorm, l, "weight", &[hd])?),
+                    QkNorm::Whole => Some(ld.require(AttnKNorm, l, "weight", &[k_dim])?),
+                    QkNorm::EachHeadOptional => ld.optional(AttnKNorm, l, "weight", &[hd, hp.n_head_kv as i64])?,
                 },
                 attn_post_norm: if spec.post_norms {
-                    ld.want(AttnPostNorm, l, "weight", true, &[n_embd])?
+                    Some(ld.require(AttnPostNorm, l, "weight", &[n_embd])?)
                 } else {
                     None
                 },
                 ffn_norm: if ffn_norm { ld.want(FfnNorm, l, "weight", ffn_norm_required, &[n_embd])? } else { None },
                 ffn,
-                ffn_post_norm: if spec.post_norms { ld.want(FfnPostNorm, l, "weight", true, &[n_embd])? } else { None },
+                ffn_post_norm: if spec.post_norms {
+                    Some(ld.require(FfnPostNorm, l, "weight", &[n_embd])?)
+                } else {
+                    None
+                },
             });
         }
 

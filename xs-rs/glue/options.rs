@@ -27,6 +27,13 @@ impl<T> Opt<T> {
     }
 }
 
+/// Stores a value read for an option: `read` functions are one call, e.g.
+/// `|perl, sv, o| set(&mut o.top_k, perl.int_arg(sv, "top_k"))`.
+pub fn set<T>(slot: &mut T, value: Result<T, Error>) -> Result<(), Error> {
+    *slot = value?;
+    Ok(())
+}
+
 /// The names of a table's options, for a list of valid names.
 pub fn names<T>(table: &[Opt<T>]) -> impl Iterator<Item = (&'static str, &'static [&'static str])> + '_ {
     table.iter().map(|opt| (opt.name, opt.aliases))

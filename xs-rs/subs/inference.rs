@@ -6,10 +6,10 @@ use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
-use crate::engine::session::{CacheHandle, PoolHandle, Session};
+use crate::engine::session::{CacheHandle, Inference, PoolHandle};
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Opt,
+    accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt,
     Perl, Ret, Sv, XsError, XsResult,
 };
 use crate::xs_subs;
@@ -20,30 +20,30 @@ pub const CACHE_CLASS: &str = "Lugh::KVCache";
 pub const POOL_CLASS: &str = "Lugh::MemoryPool";
 use super::logits::CLASS as LOGITS_CLASS;
 
-fn this(args: &Args) -> Result<Arc<Session>, Error> {
-    object_arc::<Session>(args.perl(), args.get(0), CLASS)
+fn this(args: &Args) -> Result<Arc<Inference>, Error> {
+    object_arc::<Inference>(args.perl(), args.get(0), CLASS)
 }
 
 /// The session's settings and the model hyperparameters it runs with: each
 /// row is an accessor method of Lugh::Inference.
-const ACCESSORS: &[Accessor<Session>] = &[
-    Accessor { name: "backend", read: |s, perl| Ok(perl.str(s.engine.backend_name())) },
-    Accessor { name: "n_threads", read: |s, perl| Ok(perl.int(s.engine.n_threads() as i64)) },
-    Accessor { name: "n_ctx", read: |s, perl| Ok(perl.int(s.engine.n_ctx() as i64)) },
-    Accessor { name: "n_batch", read: |s, perl| Ok(perl.int(s.engine.n_batch() as i64)) },
-    Accessor { name: "flash_attn", read: |s, perl| Ok(perl.int(s.engine.flash_attn() as i64)) },
-    Accessor { name: "n_vocab", read: |s, perl| Ok(perl.int(s.engine.hparams().n_vocab as i64)) },
-    Accessor { name: "n_layer", read: |s, perl| Ok(perl.int(s.engine.hparams().n_layer as i64)) },
-    Accessor { name: "n_embd", read: |s, perl| Ok(perl.int(s.engine.hparams().n_embd as i64)) },
-    Accessor { name: "n_head", read: |s, perl| Ok(perl.int(s.engine.hparams().n_head as i64)) },
-    Accessor { name: "n_head_kv", read: |s, perl| Ok(perl.int(s.engine.hparams().n_head_kv as i64)) },
-    Accessor { name: "head_dim", read: |s, perl| Ok(perl.int(s.engine.hparams().head_dim_k as i64)) },
-    Accessor { name: "n_ff", read: |s, perl| Ok(perl.int(s.engine.hparams().n_ff as i64)) },
-    Accessor { name: "n_rot", read: |s, perl| Ok(perl.int(s.engine.hparams().n_rot as i64)) },
-    Accessor { name: "n_ctx_train", read: |s, perl| Ok(perl.int(s.engine.hparams().n_ctx_train as i64)) },
-    Accessor { name: "rope_freq_base", read: |s, perl| Ok(perl.float(f64::from(s.engine.hparams().rope_freq_base))) },
-    Accessor { name: "norm_eps", read: |s, perl| Ok(perl.float(f64::from(s.engine.hparams().norm_eps))) },
-    Accessor { name: "architecture", read: |s, perl| Ok(perl.str(s.engine.architecture())) },
+const ACCESSORS: &[Accessor<Inference>] = &[
+    Accessor { name: "backend", read: |s, perl| Ok(perl.str(s.runner.backend_name())) },
+    Accessor { name: "n_threads", read: |s, perl| Ok(perl.int(s.runner.n_threads() as i64)) },
+    Accessor { name: "n_ctx", read: |s, perl| Ok(perl.int(s.runner.n_ctx() as i64)) },
+    Accessor { name: "n_batch", read: |s, perl| Ok(perl.int(s.runner.n_batch() as i64)) },
+    Accessor { name: "flash_attn", read: |s, perl| Ok(perl.int(s.runner.flash_attn() as i64)) },
+    Accessor { name: "n_vocab", read: |s, perl| Ok(perl.int(s.runner.hparams().n_vocab as i64)) },
+    Accessor { name: "n_layer", read: |s, perl| Ok(perl.int(s.runner.hparams().n_layer as i64)) },
+    Accessor { name: "n_embd", read: |s, perl| Ok(perl.int(s.runner.hparams().n_embd as i64)) },
+    Accessor { name: "n_head", read: |s, perl| Ok(perl.int(s.runner.hparams().n_head as i64)) },
+    Accessor { name: "n_head_kv", read: |s, perl| Ok(perl.int(s.runner.hparams().n_head_kv as i64)) },
+    Accessor { name: "head_dim", read: |s, perl| Ok(perl.int(s.runner.hparams().head_dim_k as i64)) },
+    Accessor { name: "n_ff", read: |s, perl| Ok(perl.int(s.runner.hparams().n_ff as i64)) },
+    Accessor { name: "n_rot", read: |s, perl| Ok(perl.int(s.runner.hparams().n_rot as i64)) },
+    Accessor { name: "n_ctx_train", read: |s, perl| Ok(perl.int(s.runner.hparams().n_ctx_train as i64)) },
+    Accessor { name: "rope_freq_base", read: |s, perl| Ok(perl.float(f64::from(s.runner.hparams().rope_freq_base))) },
+    Accessor { name: "norm_eps", read: |s, perl| Ok(perl.float(f64::from(s.runner.hparams().norm_eps))) },
+    Accessor { name: "architecture", read: |s, perl| Ok(perl.str(s.runner.architecture())) },
 ];
 
 /// What `new` is given: the model and the session's options.
@@ -55,26 +55,20 @@ struct NewArgs {
 
 /// The options of Lugh::Inference->new (defaults: [`InferenceOptions`]).
 const NEW_OPTIONS: &[Opt<NewArgs>] = &[
-    Opt::new("model", |perl, sv, a| {
-        a.model = Some(object_arc::<Model>(perl, sv, "Lugh::Model")?);
-        Ok(())
-    }),
+    Opt::new("model", |perl, sv, a| set(&mut a.model, object_arc::<Model>(perl, sv, "Lugh::Model").map(Some))),
     Opt::new("backend", |perl, sv, a| {
         let name = perl.string_arg(sv, "backend")?;
         a.options.backend = (!name.eq_ignore_ascii_case("auto")).then_some(name);
         Ok(())
     }),
     Opt::new("n_threads", |perl, sv, a| {
-        a.options.n_threads = Some(ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64)?);
-        Ok(())
+        set(&mut a.options.n_threads, ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64).map(Some))
     }),
     Opt::new("n_ctx", |perl, sv, a| {
-        a.options.n_ctx = Some(ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64)?);
-        Ok(())
+        set(&mut a.options.n_ctx, ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("n_batch", |perl, sv, a| {
-        a.options.n_batch = Some(ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64)?);
-        Ok(())
+        set(&mut a.options.n_batch, ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("flash_attn", |perl, sv, a| {
         let text = perl.string_arg(sv, "flash_attn")?;
@@ -91,46 +85,24 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
 /// The sampling options of sample() and generate() (defaults:
 /// [`SamplerOptions`]; the engine checks the ranges).
 const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
-    Opt::new("greedy", |perl, sv, o| {
-        o.greedy = perl.bool_arg(sv, "greedy")?;
-        Ok(())
-    }),
+    Opt::new("greedy", |perl, sv, o| set(&mut o.greedy, perl.bool_arg(sv, "greedy"))),
     Opt::new("temperature", |perl, sv, o| {
-        o.temperature = perl.number_arg(sv, "temperature")? as f32;
-        Ok(())
+        set(&mut o.temperature, perl.number_arg(sv, "temperature").map(|v| v as f32))
     }),
-    Opt::new("top_k", |perl, sv, o| {
-        o.top_k = count_arg(perl, sv, "top_k", 0)?;
-        Ok(())
-    }),
-    Opt::new("top_p", |perl, sv, o| {
-        o.top_p = perl.number_arg(sv, "top_p")? as f32;
-        Ok(())
-    }),
-    Opt::new("min_p", |perl, sv, o| {
-        o.min_p = perl.number_arg(sv, "min_p")? as f32;
-        Ok(())
-    }),
+    Opt::new("top_k", |perl, sv, o| set(&mut o.top_k, count_arg(perl, sv, "top_k", 0))),
+    Opt::new("top_p", |perl, sv, o| set(&mut o.top_p, perl.number_arg(sv, "top_p").map(|v| v as f32))),
+    Opt::new("min_p", |perl, sv, o| set(&mut o.min_p, perl.number_arg(sv, "min_p").map(|v| v as f32))),
     Opt::new("repeat_penalty", |perl, sv, o| {
-        o.repeat_penalty = perl.number_arg(sv, "repeat_penalty")? as f32;
-        Ok(())
+        set(&mut o.repeat_penalty, perl.number_arg(sv, "repeat_penalty").map(|v| v as f32))
     }),
     Opt::new("presence_penalty", |perl, sv, o| {
-        o.presence_penalty = perl.number_arg(sv, "presence_penalty")? as f32;
-        Ok(())
+        set(&mut o.presence_penalty, perl.number_arg(sv, "presence_penalty").map(|v| v as f32))
     }),
     Opt::new("frequency_penalty", |perl, sv, o| {
-        o.frequency_penalty = perl.number_arg(sv, "frequency_penalty")? as f32;
-        Ok(())
+        set(&mut o.frequency_penalty, perl.number_arg(sv, "frequency_penalty").map(|v| v as f32))
     }),
-    Opt::new("penalty_last_n", |perl, sv, o| {
-        o.penalty_last_n = count_arg(perl, sv, "penalty_last_n", 0)?;
-        Ok(())
-    }),
-    Opt::new("seed", |perl, sv, o| {
-        o.seed = Some(count_arg(perl, sv, "seed", 0)? as u64);
-        Ok(())
-    }),
+    Opt::new("penalty_last_n", |perl, sv, o| set(&mut o.penalty_last_n, count_arg(perl, sv, "penalty_last_n", 0))),
+    Opt::new("seed", |perl, sv, o| set(&mut o.seed, count_arg(perl, sv, "seed", 0).map(|v| Some(v as u64)))),
 ];
 
 /// What sample() is given besides the sampling options.
@@ -159,13 +131,9 @@ struct GenerateArgs {
 /// The options of generate() besides [`SAMPLING_OPTIONS`] (defaults:
 /// [`GenerateOptions`]).
 const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
-    Opt::new("prompt", |perl, sv, a| {
-        a.prompt = Some(perl.token_array_arg(sv, "prompt", a.n_vocab)?);
-        Ok(())
-    }),
+    Opt::new("prompt", |perl, sv, a| set(&mut a.prompt, perl.token_array_arg(sv, "prompt", a.n_vocab).map(Some))),
     Opt::new("max_tokens", |perl, sv, a| {
-        a.options.max_tokens = ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64)?;
-        Ok(())
+        set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
     }),
     Opt::new("eos_token", |perl, sv, a| {
         let id = perl.int_arg(sv, "eos_token")?;
@@ -185,18 +153,9 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
             .collect::<Result<_, _>>()?;
         Ok(())
     }),
-    Opt::new("callback", |perl, sv, a| {
-        a.callback = perl.code_arg(sv, "callback")?;
-        Ok(())
-    }),
-    Opt::new("on_text", |perl, sv, a| {
-        a.on_text = perl.code_arg(sv, "on_text")?;
-        Ok(())
-    }),
-    Opt::new("cache", |perl, sv, a| {
-        a.cache = cache_arg(perl, sv)?;
-        Ok(())
-    }),
+    Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
+    Opt::new("on_text", |perl, sv, a| set(&mut a.on_text, perl.code_arg(sv, "on_text"))),
+    Opt::new("cache", |perl, sv, a| set(&mut a.cache, cache_arg(perl, sv))),
     Opt::new("stats", |perl, sv, a| {
         if perl.ref_kind(sv) != b'H' {
             perl.check("stats")?;
@@ -206,8 +165,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
         Ok(())
     }),
     Opt::new("logprobs", |perl, sv, a| {
-        a.options.logprobs = Some(ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64)?);
-        Ok(())
+        set(&mut a.options.logprobs, ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
 ];
 
@@ -226,7 +184,7 @@ fn sample_with(args: &Args, only: Option<&[&str]>, fixed: fn(&mut SamplerOptions
     }
     let s = this(args)?;
     let perl = args.perl();
-    let n_vocab = s.engine.n_vocab();
+    let n_vocab = s.runner.n_vocab();
     let mut valid: Vec<_> = names(SAMPLING_OPTIONS).filter(|(n, _)| only.is_none_or(|o| o.contains(n))).collect();
     if only.is_none() {
         valid.extend(names(SAMPLE_OPTIONS));
@@ -319,8 +277,8 @@ xs_subs! { "Lugh::Inference";
         let mut new = NewArgs::default();
         given.apply(perl, NEW_OPTIONS, &mut new)?;
         let model = new.model.ok_or_else(|| Error::Argument("missing model => $model (a Lugh::Model)".into()))?;
-        let session = Session::new(model, new.options)?;
-        for warning in session.engine.warnings() {
+        let session = Inference::new(model, new.options)?;
+        for warning in session.runner.warnings() {
             perl.warn(&format!("{CLASS}->new: {warning}")).map_err(XsError::Perl)?;
         }
         Ok(Ret::One(new_object(perl, &class, Arc::new(session))))
@@ -343,20 +301,20 @@ xs_subs! { "Lugh::Inference";
 
     fn _weights_id(args) {
         args.expect(1, 1, "self")?;
-        Ok(Ret::One(args.perl().uint(this(args)?.engine.weights_id() as u64)))
+        Ok(Ret::One(args.perl().uint(this(args)?.runner.weights_id() as u64)))
     }
 
     fn model(args) {
         args.expect(1, 1, "self")?;
         let s = this(args)?;
-        Ok(Ret::One(new_object(args.perl(), "Lugh::Model", s.engine.model().clone())))
+        Ok(Ret::One(new_object(args.perl(), "Lugh::Model", s.runner.model().clone())))
     }
 
     fn _forward(args) as "Lugh::Inference->forward" {
         args.expect(6, 6, "self, tokens, cache, pool, all, as_object")?;
         let s = this(args)?;
         let perl = args.perl();
-        let tokens = perl.token_array_arg(args.get(1), "tokens", s.engine.n_vocab())?;
+        let tokens = perl.token_array_arg(args.get(1), "tokens", s.runner.n_vocab())?;
         let cache = cache_arg(perl, args.get(2))?;
         let pool = pool_arg(perl, args.get(3))?;
         let output = if perl.is_true(args.get(4)) { Output::All } else { Output::Last };
@@ -373,7 +331,7 @@ xs_subs! { "Lugh::Inference";
         args.expect(5, 5, "self, sequences, caches, pool, as_object")?;
         let s = this(args)?;
         let perl = args.perl();
-        let n_vocab = s.engine.n_vocab();
+        let n_vocab = s.runner.n_vocab();
         let sequences = perl
             .array_arg(args.get(1), "sequences")?
             .into_iter()
@@ -409,7 +367,7 @@ xs_subs! { "Lugh::Inference";
         }
         let s = this(args)?;
         let perl = args.perl();
-        let n_vocab = s.engine.n_vocab();
+        let n_vocab = s.runner.n_vocab();
         // The prompt comes first, or as prompt => [...].
         let positional = args.len() > 1 && perl.ref_kind(args.get(1)) == b'A';
         let mut call = GenerateArgs {
@@ -479,7 +437,7 @@ xs_subs! { "Lugh::Inference";
         args.expect(2, 2, "self, reset")?;
         let s = this(args)?;
         let perl = args.perl();
-        let p = s.engine.profile(perl.is_true(args.get(1)));
+        let p = s.runner.profile(perl.is_true(args.get(1)));
         let mut out = vec![perl.str("steps"), perl.int(p.steps as i64)];
         for (phase, time, count) in p.entries() {
             out.push(perl.str(phase.name()));

@@ -3,7 +3,7 @@ use super::inference::CACHE_CLASS;
 use crate::engine::session::{CacheHandle, CacheShape};
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+    accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
 };
 use crate::xs_subs;
 use std::sync::Arc;
@@ -27,22 +27,10 @@ fn dimension(perl: Perl, sv: Sv, what: &str) -> Result<usize, Error> {
 
 /// The options of Lugh::KVCache->new, all required, in [`CacheShape`] order.
 const SHAPE_OPTIONS: &[Opt<[Option<usize>; 4]>] = &[
-    Opt::new("n_layer", |perl, sv, s| {
-        s[0] = Some(dimension(perl, sv, "n_layer")?);
-        Ok(())
-    }),
-    Opt::new("n_ctx", |perl, sv, s| {
-        s[1] = Some(dimension(perl, sv, "n_ctx")?);
-        Ok(())
-    }),
-    Opt::new("n_head_kv", |perl, sv, s| {
-        s[2] = Some(dimension(perl, sv, "n_head_kv")?);
-        Ok(())
-    }),
-    Opt::new("head_dim", |perl, sv, s| {
-        s[3] = Some(dimension(perl, sv, "head_dim")?);
-        Ok(())
-    }),
+    Opt::new("n_layer", |perl, sv, s| set(&mut s[0], dimension(perl, sv, "n_layer").map(Some))),
+    Opt::new("n_ctx", |perl, sv, s| set(&mut s[1], dimension(perl, sv, "n_ctx").map(Some))),
+    Opt::new("n_head_kv", |perl, sv, s| set(&mut s[2], dimension(perl, sv, "n_head_kv").map(Some))),
+    Opt::new("head_dim", |perl, sv, s| set(&mut s[3], dimension(perl, sv, "head_dim").map(Some))),
 ];
 
 xs_subs! { "Lugh::KVCache";

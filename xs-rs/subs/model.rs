@@ -3,7 +3,7 @@ use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, names, new_object, object_arc, read_accessor, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
+    accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
 };
 use crate::xs_subs;
 use std::path::PathBuf;
@@ -48,20 +48,11 @@ struct OpenArgs {
 
 /// The options of Lugh::Model->new (Lugh 0.12 called use_mmap "mmap").
 const OPEN_OPTIONS: &[Opt<OpenArgs>] = &[
-    Opt::new("model", |perl, sv, a: &mut OpenArgs| {
-        a.path = Some(path_arg(perl, sv)?);
-        Ok(())
-    })
-    .with_aliases(&["file", "path"]),
-    Opt::new("use_mmap", |perl, sv, a: &mut OpenArgs| {
-        a.use_mmap = perl.bool_arg(sv, "use_mmap")?;
-        Ok(())
-    })
-    .with_aliases(&["mmap"]),
-    Opt::new("prefetch", |perl, sv, a| {
-        a.prefetch = perl.bool_arg(sv, "prefetch")?;
-        Ok(())
-    }),
+    Opt::new("model", |perl, sv, a: &mut OpenArgs| set(&mut a.path, path_arg(perl, sv).map(Some)))
+        .with_aliases(&["file", "path"]),
+    Opt::new("use_mmap", |perl, sv, a: &mut OpenArgs| set(&mut a.use_mmap, perl.bool_arg(sv, "use_mmap")))
+        .with_aliases(&["mmap"]),
+    Opt::new("prefetch", |perl, sv, a| set(&mut a.prefetch, perl.bool_arg(sv, "prefetch"))),
 ];
 
 /// The hyperparameters and architecture facts: one accessor method each.

@@ -114,239 +114,39 @@ fn corrupt(gguf: &Gguf, what: String) -> Error {
     Error::Corrupt { path: gguf.path.clone(), what }
 }
 
+/// The vocabulary of a GGUF file, as llama.cpp's llama_vocab::load builds it.
 pub fn build(gguf: &Gguf) -> Result<Vocab> {
-    let model_name = gguf.get_str("tokenizer.ggml.model").unwrap_or_default().to_string();
-    let tokens = gguf.get_str_array("tokenizer.ggml.tokens");
-    let (Some(tokens), false) = (tokens, matches!(model_name.as_str(), "" | "no_vocab" | "none")) else {
-        return Err(Error::NoVocabulary { path: gguf.path.clone() });
-    };
-    let is_spm = match model_name.as_str() {
-        "llama" => true,
-        "gpt2" => false,
-        other => {
-            return Err(Error::UnsupportedTokenizer {
-                path: gguf.path.clone(),
-                what: format!(
-                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
-                ),
-            })
-        }
-    };
+    let (model_name, is_spm, tokens) = algorithm(gguf)?;
     let n = tokens.len();
-    if n == 0 || n > i32::MAX as usize {
-        return Err(corrupt(gguf, format!("tokenizer.ggml.tokens has {n} entries")));
-    }
     let pre_raw = gguf.get_str("tokenizer.ggml.pre");
     let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw, &gguf.path)?) };
-
-    let scores = match gguf.get_array("tokenizer.ggml.scores") {
-        None => vec![0.0; n],
-        Some(a @ (Array::F32(_) | Array::I32(_))) if a.len() >= n => {
-            let mut v = a.to_f32_vec().expect("numeric array");
-            v.truncate(n);
-            v
-        }
-        Some(a) => {
-            return Err(corrupt(
-                gguf,
-                format!(
-                    "tokenizer.ggml.scores has {} entries of type {} for {n} tokens",
-                    a.len(),
-                    a.element_type().name()
-                ),
-            ))
-        }
-    };
-    let mut attrs: Vec<u16> = match gguf.get_array("tokenizer.ggml.token_type") {
-        None => vec![attr::NORMAL; n],
-        Some(a @ Array::I32(_)) if a.len() >= n => (0..n).map(|i| attr_of_type(a.int_at(i).unwrap_or(0))).collect(),
-        Some(a) => {
-            return Err(corrupt(
-                gguf,
-                format!(
-                    "tokenizer.ggml.token_type has {} entries of type {} for {n} tokens",
-                    a.len(),
-                    a.element_type().name()
-                ),
-            ))
-        }
-    };
-
-    if let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
-        return Err(corrupt(
-            gguf,
-            format!(
-                "tokenizer.ggml.tokens: token {i} is {} bytes long (the limit is {MAX_TOKEN_BYTES}; real vocabularies stay under 300)",
-                t.len()
-            ),
-        ));
-    }
-    let mut texts = Texts::default();
-    let mut ids = id_map(n);
-    for (i, token) in tokens.iter().enumerate() {
-        let text: std::borrow::Cow<[u8]> =
-            if token.is_empty() { format!("[EMPTY_{i}]").into_bytes().into() } else { token.as_bytes().into() };
-        texts.push(&text);
-        // A repeated text maps to its last id, as llama.cpp's map does.
-        ids.insert(text.into_owned().into_boxed_slice(), i as i32);
-    }
+    let scores = scores(gguf, n)?;
+    let mut attrs = token_types(gguf, n)?;
+    let (texts, ids) = token_texts(gguf, tokens)?;
     let id_of = |text: &str| ids.get(text.as_bytes()).copied();
 
-    // Special ids: per-algorithm defaults, then the file's values.
-    let in_range = |id: i64| (0..n as i64).contains(&id).then_some(id as i32);
-    let mut sp = if is_spm {
-        SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() }
-    } else {
-        SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() }
-    };
-    let (mut fim_pre, mut fim_suf, mut fim_mid, mut fim_pad, mut fim_rep, mut fim_sep) =
-        (None, None, None, None, None, None);
-    // A special id in the file is -1 (none; u32::MAX as some writers store
-    // it) or a token of the vocabulary: anything else is refused, so that
-    // no id the model could be fed or stop on lies outside it.
-    let file_id = |key: &str| -> Result<Option<i32>> {
-        let name = format!("tokenizer.ggml.{key}");
-        match gguf.get(&name) {
-            None => Ok(None),
-            Some(v) => match v.as_i64() {
-                Some(-1 | 0xFFFF_FFFF) => Ok(None),
-                Some(id) if (0..n as i64).contains(&id) => Ok(Some(id as i32)),
-                _ => Err(corrupt(
-                    gguf,
-                    format!("{name} is {}, not a token id in [0, {n}) or -1 (none)", describe_value(v)),
-                )),
-            },
-        }
-    };
-    for (key, slot) in [
-        ("bos_token_id", &mut sp.bos),
-        ("eos_token_id", &mut sp.eos),
-        ("eot_token_id", &mut sp.eot),
-        ("eom_token_id", &mut sp.eom),
-        ("unknown_token_id", &mut sp.unk),
-        ("seperator_token_id", &mut sp.sep),
-        ("padding_token_id", &mut sp.pad),
-        ("mask_token_id", &mut sp.mask),
-        ("fim_pre_token_id", &mut fim_pre),
-        ("fim_suf_token_id", &mut fim_suf),
-        ("fim_mid_token_id", &mut fim_mid),
-        ("fim_pad_token_id", &mut fim_pad),
-        ("fim_rep_token_id", &mut fim_rep),
-        ("fim_sep_token_id", &mut fim_sep),
-    ] {
-        if let Some(id) = file_id(key)? {
-            *slot = Some(id);
-        }
-    }
-    for (key, slot) in
-        [("prefix_token_id", &mut fim_pre), ("suffix_token_id", &mut fim_suf), ("middle_token_id", &mut fim_mid)]
-    {
-        if let Some(id) = file_id(key)? {
-            *slot = Some(id);
-        }
-    }
-
-    let mut add_bos = is_spm || pre_spec.is_some_and(|s| s.add_bos);
-    let mut add_eos = false;
-    if let Some(b) = gguf.get_bool("tokenizer.ggml.add_bos_token") {
-        add_bos = b;
-    }
-    if let Some(b) = gguf.get_bool("tokenizer.ggml.add_eos_token") {
-        add_eos = b;
-    }
+    let (mut sp, mut fim) = special_ids(gguf, n, is_spm)?;
+    let add_bos =
+        gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(is_spm || pre_spec.is_some_and(|s| s.add_bos));
+    let add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
     let add_space_prefix = is_spm && gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
-
-    // Tokens recognised by their text become control tokens.
-    let mut make_control = |id: i32| attrs[id as usize] |= attr::CONTROL;
-    let detect = |slot: &mut Option<i32>, candidates: &[&str], make_control: &mut dyn FnMut(i32)| {
-        if slot.is_none() {
-            if let Some(id) = candidates.iter().find_map(|t| id_of(t)) {
-                *slot = Some(id);
-                make_control(id);
-            }
-        }
-    };
-    detect(&mut sp.eot, EOT_TEXTS, &mut make_control);
-    detect(&mut sp.eom, &["<|eom_id|>"], &mut make_control);
-    detect(&mut fim_pre, FIM_PRE_TEXTS, &mut make_control);
-    detect(&mut fim_suf, FIM_SUF_TEXTS, &mut make_control);
-    detect(&mut fim_mid, FIM_MID_TEXTS, &mut make_control);
-    detect(&mut fim_pad, FIM_PAD_TEXTS, &mut make_control);
-    detect(&mut fim_rep, FIM_REP_TEXTS, &mut make_control);
-    detect(&mut fim_sep, FIM_SEP_TEXTS, &mut make_control);
-
+    detect_by_text(&mut sp, &mut fim, &mut attrs, &id_of);
     // Control tokens named "unused…" are unused.
     for (i, a) in attrs.iter_mut().enumerate() {
         if *a & attr::CONTROL != 0 && texts.get(i).windows(6).any(|w| w == b"unused") {
             *a |= attr::UNUSED;
         }
     }
-
-    // End of generation.
-    let mut eog: Vec<i32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
-    for text in EOG_TEXTS {
-        if let Some(id) = id_of(text) {
-            eog.push(id);
-            attrs[id as usize] |= attr::CONTROL;
-        }
-    }
-    // gpt-oss: these are always rendered.
-    for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-        if let Some(id) = id_of(text) {
-            attrs[id as usize] = attr::USER_DEFINED;
-        }
-    }
-    eog.extend([sp.eos, sp.eot, sp.eom].into_iter().flatten());
-    eog.sort_unstable();
-    eog.dedup();
-    let has = |eog: &[i32], text: &str| eog.iter().any(|&id| texts.get(id as usize) == text.as_bytes());
-    // Harmony and Solar-Open end turns with <|end|> but do not stop on it.
-    let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
-    if has(&eog, "<|end|>") && has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
-        let end = eog.iter().position(|&id| texts.get(id as usize) == b"<|end|>").expect("present");
-        attrs[eog.remove(end) as usize] = attr::USER_DEFINED;
-    }
-    // Where </s> is an ordinary token (Gemma 4, PLaMo).
-    if (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>")) && has(&eog, "</s>") {
-        let s = eog.iter().position(|&id| texts.get(id as usize) == b"</s>").expect("present");
-        attrs[eog.remove(s) as usize] = attr::NORMAL;
-    }
+    let eog = end_of_generation(&sp, &fim, &texts, &mut attrs, &id_of);
 
     // Special tokens, longest first (ties by id, where llama.cpp's unstable
     // sort leaves the order unspecified).
     let mut special_ids: Vec<usize> =
         (0..n).filter(|&i| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0).collect();
     special_ids.sort_by_key(|&i| std::cmp::Reverse(texts.get(i).len()));
-
     let byte_map = ByteMap::new();
     let pieces = render_pieces(&texts, &attrs, is_spm, &byte_map);
-
-    // Per-model strip attributes (llama.cpp sets these by name).
-    let name = gguf.get_str("general.name").unwrap_or_default().to_ascii_lowercase();
-    let arch = gguf.get_str("general.architecture").unwrap_or_default();
-    let pre_text = pre_raw.unwrap_or_default();
-    let set = |attrs: &mut [u16], text: &str, bit: u16, on: bool| {
-        if let Some(id) = id_of(text) {
-            let a = &mut attrs[id as usize];
-            *a = if on { *a | bit } else { *a & !bit };
-        }
-    };
-    if ["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"].iter().any(|p| pre_text.contains(p))
-        || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
-    {
-        set(&mut attrs, "<mask>", attr::LSTRIP, true);
-    } else if name.contains("phi-3") || name.contains("phi3") {
-        for &i in &special_ids {
-            attrs[i] |= attr::RSTRIP;
-        }
-        set(&mut attrs, "</s>", attr::RSTRIP, true);
-        for text in ["<unk>", "<s>", "<|endoftext|>"] {
-            set(&mut attrs, text, attr::RSTRIP, false);
-        }
-    } else if name.contains("modern-bert") {
-        set(&mut attrs, "[MASK]", attr::LSTRIP, true);
-    }
-
+    strip_attributes(gguf, pre_raw.unwrap_or_default(), &special_ids, &mut attrs, &id_of);
     let special_tokens = SpecialTokens::new(
         special_ids
             .iter()
@@ -395,6 +195,248 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         add_bos,
         add_eos,
     })
+}
+
+/// The tokenizer model's name, whether it is SentencePiece (else byte-level
+/// BPE), and the token texts.
+fn algorithm(gguf: &Gguf) -> Result<(String, bool, &[String])> {
+    let model_name = gguf.get_str("tokenizer.ggml.model").unwrap_or_default().to_string();
+    let tokens = gguf.get_str_array("tokenizer.ggml.tokens");
+    let (Some(tokens), false) = (tokens, matches!(model_name.as_str(), "" | "no_vocab" | "none")) else {
+        return Err(Error::NoVocabulary { path: gguf.path.clone() });
+    };
+    let is_spm = match model_name.as_str() {
+        "llama" => true,
+        "gpt2" => false,
+        other => {
+            return Err(Error::UnsupportedTokenizer {
+                path: gguf.path.clone(),
+                what: format!(
+                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                ),
+            })
+        }
+    };
+    let n = tokens.len();
+    if n == 0 || n > i32::MAX as usize {
+        return Err(corrupt(gguf, format!("tokenizer.ggml.tokens has {n} entries")));
+    }
+    Ok((model_name, is_spm, tokens))
+}
+
+/// One score per token (0 when the file has none).
+fn scores(gguf: &Gguf, n: usize) -> Result<Vec<f32>> {
+    match gguf.get_array("tokenizer.ggml.scores") {
+        None => Ok(vec![0.0; n]),
+        Some(a @ (Array::F32(_) | Array::I32(_))) if a.len() >= n => {
+            let mut v = a.to_f32_vec().expect("numeric array");
+            v.truncate(n);
+            Ok(v)
+        }
+        Some(a) => Err(corrupt(
+            gguf,
+            format!("tokenizer.ggml.scores has {} entries of type {} for {n} tokens", a.len(), a.element_type().name()),
+        )),
+    }
+}
+
+/// Each token's attribute bits from its type (normal when the file has none).
+fn token_types(gguf: &Gguf, n: usize) -> Result<Vec<u16>> {
+    match gguf.get_array("tokenizer.ggml.token_type") {
+        None => Ok(vec![attr::NORMAL; n]),
+        Some(a @ Array::I32(_)) if a.len() >= n => Ok((0..n).map(|i| attr_of_type(a.int_at(i).unwrap_or(0))).collect()),
+        Some(a) => Err(corrupt(
+            gguf,
+            format!(
+                "tokenizer.ggml.token_type has {} entries of type {} for {n} tokens",
+                a.len(),
+                a.element_type().name()
+            ),
+        )),
+    }
+}
+
+/// The token texts and the map from text to id.
+fn token_texts(gguf: &Gguf, tokens: &[String]) -> Result<(Texts, super::IdMap)> {
+    if let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
+        return Err(corrupt(
+            gguf,
+            format!(
+                "tokenizer.ggml.tokens: token {i} is {} bytes long (the limit is {MAX_TOKEN_BYTES}; real vocabularies stay under 300)",
+                t.len()
+            ),
+        ));
+    }
+    let mut texts = Texts::default();
+    let mut ids = id_map(tokens.len());
+    for (i, token) in tokens.iter().enumerate() {
+        let text: std::borrow::Cow<[u8]> =
+            if token.is_empty() { format!("[EMPTY_{i}]").into_bytes().into() } else { token.as_bytes().into() };
+        texts.push(&text);
+        // A repeated text maps to its last id, as llama.cpp's map does.
+        ids.insert(text.into_owned().into_boxed_slice(), i as i32);
+    }
+    Ok((texts, ids))
+}
+
+/// The fill-in-the-middle tokens (ends of generation when present).
+#[derive(Default)]
+struct Fim {
+    pre: Option<i32>,
+    suf: Option<i32>,
+    mid: Option<i32>,
+    pad: Option<i32>,
+    rep: Option<i32>,
+    sep: Option<i32>,
+}
+
+/// Special ids: per-algorithm defaults, then the file's values.
+fn special_ids(gguf: &Gguf, n: usize, is_spm: bool) -> Result<(SpecialIds, Fim)> {
+    let in_range = |id: i64| (0..n as i64).contains(&id).then_some(id as i32);
+    let mut sp = if is_spm {
+        SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() }
+    } else {
+        SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() }
+    };
+    let mut fim = Fim::default();
+    // A special id in the file is -1 (none; u32::MAX as some writers store
+    // it) or a token of the vocabulary: anything else is refused, so that
+    // no id the model could be fed or stop on lies outside it.
+    let file_id = |key: &str| -> Result<Option<i32>> {
+        let name = format!("tokenizer.ggml.{key}");
+        match gguf.get(&name) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(-1 | 0xFFFF_FFFF) => Ok(None),
+                Some(id) if (0..n as i64).contains(&id) => Ok(Some(id as i32)),
+                _ => Err(corrupt(
+                    gguf,
+                    format!("{name} is {}, not a token id in [0, {n}) or -1 (none)", describe_value(v)),
+                )),
+            },
+        }
+    };
+    // Each slot's keys in order; a later key wins (the older names of the
+    // first three fill-in-the-middle ids come last, as in llama.cpp).
+    let one = |key: &'static str| vec![key];
+    for (keys, slot) in [
+        (one("bos_token_id"), &mut sp.bos),
+        (one("eos_token_id"), &mut sp.eos),
+        (one("eot_token_id"), &mut sp.eot),
+        (one("eom_token_id"), &mut sp.eom),
+        (one("unknown_token_id"), &mut sp.unk),
+        (one("seperator_token_id"), &mut sp.sep),
+        (one("padding_token_id"), &mut sp.pad),
+        (one("mask_token_id"), &mut sp.mask),
+        (vec!["fim_pre_token_id", "prefix_token_id"], &mut fim.pre),
+        (vec!["fim_suf_token_id", "suffix_token_id"], &mut fim.suf),
+        (vec!["fim_mid_token_id", "middle_token_id"], &mut fim.mid),
+        (one("fim_pad_token_id"), &mut fim.pad),
+        (one("fim_rep_token_id"), &mut fim.rep),
+        (one("fim_sep_token_id"), &mut fim.sep),
+    ] {
+        for key in keys {
+            if let Some(id) = file_id(key)? {
+                *slot = Some(id);
+            }
+        }
+    }
+    Ok((sp, fim))
+}
+
+/// Special tokens the file does not name, recognised by their text; they
+/// become control tokens.
+fn detect_by_text(sp: &mut SpecialIds, fim: &mut Fim, attrs: &mut [u16], id_of: &dyn Fn(&str) -> Option<i32>) {
+    for (slot, candidates) in [
+        (&mut sp.eot, EOT_TEXTS),
+        (&mut sp.eom, &["<|eom_id|>"][..]),
+        (&mut fim.pre, FIM_PRE_TEXTS),
+        (&mut fim.suf, FIM_SUF_TEXTS),
+        (&mut fim.mid, FIM_MID_TEXTS),
+        (&mut fim.pad, FIM_PAD_TEXTS),
+        (&mut fim.rep, FIM_REP_TEXTS),
+        (&mut fim.sep, FIM_SEP_TEXTS),
+    ] {
+        if slot.is_none() {
+            if let Some(id) = candidates.iter().find_map(|t| id_of(t)) {
+                *slot = Some(id);
+                attrs[id as usize] |= attr::CONTROL;
+            }
+        }
+    }
+}
+
+/// The end-of-generation ids, sorted, with llama.cpp's per-model exceptions.
+fn end_of_generation(
+    sp: &SpecialIds,
+    fim: &Fim,
+    texts: &Texts,
+    attrs: &mut [u16],
+    id_of: &dyn Fn(&str) -> Option<i32>,
+) -> Vec<i32> {
+    let mut eog: Vec<i32> = [fim.pad, fim.rep, fim.sep].into_iter().flatten().collect();
+    for text in EOG_TEXTS {
+        if let Some(id) = id_of(text) {
+            eog.push(id);
+            attrs[id as usize] |= attr::CONTROL;
+        }
+    }
+    // gpt-oss: these are always rendered.
+    for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(id) = id_of(text) {
+            attrs[id as usize] = attr::USER_DEFINED;
+        }
+    }
+    eog.extend([sp.eos, sp.eot, sp.eom].into_iter().flatten());
+    eog.sort_unstable();
+    eog.dedup();
+    let position = |eog: &[i32], text: &str| eog.iter().position(|&id| texts.get(id as usize) == text.as_bytes());
+    let has = |eog: &[i32], text: &str| position(eog, text).is_some();
+    // Harmony and Solar-Open end turns with <|end|> but do not stop on it.
+    let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
+    if has(&eog, "<|end|>") && has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
+        let end = position(&eog, "<|end|>").expect("present");
+        attrs[eog.remove(end) as usize] = attr::USER_DEFINED;
+    }
+    // Where </s> is an ordinary token (Gemma 4, PLaMo).
+    if (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>")) && has(&eog, "</s>") {
+        let s = position(&eog, "</s>").expect("present");
+        attrs[eog.remove(s) as usize] = attr::NORMAL;
+    }
+    eog
+}
+
+/// Per-model strip attributes (llama.cpp sets these by name).
+fn strip_attributes(
+    gguf: &Gguf,
+    pre_text: &str,
+    special_ids: &[usize],
+    attrs: &mut [u16],
+    id_of: &dyn Fn(&str) -> Option<i32>,
+) {
+    let name = gguf.get_str("general.name").unwrap_or_default().to_ascii_lowercase();
+    let arch = gguf.get_str("general.architecture").unwrap_or_default();
+    let set = |attrs: &mut [u16], text: &str, bit: u16, on: bool| {
+        if let Some(id) = id_of(text) {
+            let a = &mut attrs[id as usize];
+            *a = if on { *a | bit } else { *a & !bit };
+        }
+    };
+    if ["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"].iter().any(|p| pre_text.contains(p))
+        || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
+    {
+        set(attrs, "<mask>", attr::LSTRIP, true);
+    } else if name.contains("phi-3") || name.contains("phi3") {
+        for &i in special_ids {
+            attrs[i] |= attr::RSTRIP;
+        }
+        set(attrs, "</s>", attr::RSTRIP, true);
+        for text in ["<unk>", "<s>", "<|endoftext|>"] {
+            set(attrs, text, attr::RSTRIP, false);
+        }
+    } else if name.contains("modern-bert") {
+        set(attrs, "[MASK]", attr::LSTRIP, true);
+    }
 }
 
 /// What each token prints as, with control tokens rendered: llama.cpp's

@@ -123,7 +123,7 @@ pub struct Vocab {
     texts: Texts,
     scores: Vec<f32>,
     attrs: Vec<u16>,
-    ids: Map<Box<[u8]>, i32>,
+    ids: IdMap,
     /// What each token prints as when control tokens are rendered.
     pieces: Texts,
     special_tokens: SpecialTokens,
@@ -535,7 +535,10 @@ impl spm::SpmVocab for SpmLookup<'_> {
     }
 }
 
+/// Token text to id.
+type IdMap = Map<Box<[u8]>, i32>;
+
 /// Used by the loader: an empty map sized for the vocabulary.
-fn id_map(n: usize) -> Map<Box<[u8]>, i32> {
+fn id_map(n: usize) -> IdMap {
     new_map(n)
 }
