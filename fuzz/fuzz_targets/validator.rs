@@ -3,7 +3,7 @@
 //! finite-or-rejected, never a ggml abort or a fault.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lugh::engine::inference::{FlashAttn, Runner, InferenceOptions, Output};
+use lugh::engine::inference::{FlashAttn, InferenceOptions, Output, Runner};
 mod common;
 
 fuzz_target!(|data: &[u8]| {
