@@ -27,5 +27,6 @@ pub mod text_stream;
 pub mod tokenizer;
 pub mod validate;
 pub mod weights;
+pub mod xxhash;
 
 pub use error::{Error, Result};

@@ -21,8 +21,13 @@ pub struct Model {
     /// The weights placed on each device, shared by every session there
     /// (as llama.cpp's contexts share one llama_model); dropped with the last.
     placed: Mutex<Vec<(Device, Weak<ModelWeights>)>>,
+    /// See [`Model::fingerprint`]; computed on first use.
+    fingerprint: OnceLock<u64>,
     _live: super::live::Live,
 }
+
+/// Bytes of each tensor's data that go into the fingerprint.
+const FINGERPRINT_SAMPLE: u64 = 64;
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +87,7 @@ impl Model {
                 mmap: None,
                 vocab: OnceLock::new(),
                 placed: Mutex::default(),
+                fingerprint: OnceLock::new(),
                 _live: super::live::Live::new(),
             });
         }
@@ -109,6 +115,7 @@ impl Model {
             mmap: Some(mmap),
             vocab: OnceLock::new(),
             placed: Mutex::default(),
+            fingerprint: OnceLock::new(),
             _live: super::live::Live::new(),
         })
     }
@@ -185,14 +192,61 @@ impl Model {
     /// Copies the tensor's bytes into `dst` (which must be `t.size` long).
     pub fn read_tensor_data(&self, t: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         assert_eq!(dst.len() as u64, t.size, "read_tensor_data: destination size");
-        if let Some(src) = self.mapped_data(t) {
+        self.read_at(&mut None, self.gguf.data_offset + t.offset, dst)
+    }
+
+    /// Fills `dst` with the file's bytes from `offset` on: from the mapping,
+    /// or read through `file` (opened on first use, kept for the next read).
+    fn read_at(&self, file: &mut Option<File>, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
+        if let Some(map) = &self.mmap {
+            let src = usize::try_from(offset).ok().and_then(|o| map.get(o..o.checked_add(dst.len())?));
+            let src =
+                src.ok_or_else(|| Error::Truncated { path: self.path().clone(), what: "the tensor data".into() })?;
             dst.copy_from_slice(src);
             return Ok(());
         }
-        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
-        let mut f = File::open(self.path()).map_err(io_err)?;
-        f.seek(SeekFrom::Start(self.gguf.data_offset + t.offset)).map_err(io_err)?;
+        if file.is_none() {
+            *file = Some(File::open(self.path()).map_err(io_err)?);
+        }
+        let f = file.as_mut().expect("opened above");
+        f.seek(SeekFrom::Start(offset)).map_err(io_err)?;
         f.read_exact(dst).map_err(io_err)
+    }
+
+    /// An identity of the model file, cheap to compute yet different for
+    /// any other file: XXH64 over the file's header as it is on disk (every
+    /// metadata key and value and the tensor table: names, types, shapes,
+    /// offsets), then the first 64 bytes of each tensor's data, so that two
+    /// files with the same metadata but other weights (a fine-tune) differ.
+    /// A few megabytes at most are read (the vocabulary), never the
+    /// weights; computed on first use and kept.
+    pub fn fingerprint(&self) -> Result<u64> {
+        if let Some(&f) = self.fingerprint.get() {
+            return Ok(f);
+        }
+        let mut file = None;
+        let mut hash = super::xxhash::Xxh64::new(0);
+        let mut bytes = vec![0u8; self.gguf.data_offset as usize];
+        self.read_at(&mut file, 0, &mut bytes)?;
+        hash.update(&bytes);
+        for t in &self.gguf.tensors {
+            bytes.resize(t.size.min(FINGERPRINT_SAMPLE) as usize, 0);
+            self.read_at(&mut file, self.gguf.data_offset + t.offset, &mut bytes)?;
+            hash.update(&bytes);
+        }
+        Ok(*self.fingerprint.get_or_init(|| hash.digest()))
+    }
+
+    /// The model's name for messages: `general.name`, else the file's name.
+    pub fn display_name(&self) -> String {
+        match self.gguf.get_str("general.name") {
+            Some(name) if !name.trim().is_empty() => name.to_string(),
+            _ => self
+                .path()
+                .file_name()
+                .map_or_else(|| self.path().display().to_string(), |f| f.to_string_lossy().into_owned()),
+        }
     }
 
     pub fn architecture(&self) -> Option<&str> {
