@@ -39,6 +39,15 @@ pub enum Error {
     MissingTensor { path: PathBuf, name: String, arch: &'static str },
     /// More tokens than the KV cache has room for.
     KvOverflow { needed: usize, capacity: usize },
+    /// A file cannot be written.
+    Write { path: PathBuf, reason: String },
+    /// The file does not start with the magic of a saved KV cache.
+    NotSavedCache { path: PathBuf },
+    /// A saved KV cache in a format version this Lugh does not read.
+    UnsupportedCacheVersion { path: PathBuf, version: u32 },
+    /// A well-formed saved KV cache made for another model or other
+    /// session settings.
+    CacheMismatch { path: PathBuf, what: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -87,6 +96,20 @@ impl fmt::Display for Error {
                 f,
                 "the KV cache holds {capacity} positions but {needed} are needed (create the session with a larger n_ctx, or clear/resize the cache)"
             ),
+            Error::Write { path, reason } => write!(f, "cannot write '{}': {reason}", path.display()),
+            Error::NotSavedCache { path } => {
+                write!(f, "'{}' is not a saved Lugh KV cache (bad magic)", path.display())
+            }
+            Error::UnsupportedCacheVersion { path, version } => write!(
+                f,
+                "'{}' is a saved KV cache of format version {version}, which this Lugh does not read (it reads \
+                 version {})",
+                path.display(),
+                super::kv_file::FORMAT_VERSION
+            ),
+            Error::CacheMismatch { path, what } => {
+                write!(f, "'{}' cannot be loaded into this session: {what}", path.display())
+            }
         }
     }
 }

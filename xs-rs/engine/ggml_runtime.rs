@@ -350,8 +350,21 @@ pub fn tensor_set<T: Copy>(t: Tensor, data: &[T]) {
 /// Copies raw bytes into an allocated tensor (a weight from the file).
 pub fn tensor_set_bytes(t: Tensor, data: &[u8]) {
     assert_eq!(data.len(), t.nbytes(), "tensor_set_bytes: size of {}", t.name());
-    // SAFETY: the tensor is allocated and exactly data.len() long.
-    unsafe { ggml_backend_tensor_set(t.0, data.as_ptr() as *const c_void, 0, data.len()) }
+    tensor_write(t, 0, data);
+}
+
+/// Copies `data` into an allocated tensor from byte `offset` on.
+pub fn tensor_write(t: Tensor, offset: usize, data: &[u8]) {
+    assert!(offset.checked_add(data.len()).is_some_and(|end| end <= t.nbytes()), "tensor_write: out of range");
+    // SAFETY: the range lies inside the allocated tensor.
+    unsafe { ggml_backend_tensor_set(t.0, data.as_ptr() as *const c_void, offset, data.len()) }
+}
+
+/// Fills `out` with an allocated tensor's bytes from byte `offset` on.
+pub fn tensor_read(t: Tensor, offset: usize, out: &mut [u8]) {
+    assert!(offset.checked_add(out.len()).is_some_and(|end| end <= t.nbytes()), "tensor_read: out of range");
+    // SAFETY: the range lies inside the allocated tensor and `out` is as long.
+    unsafe { ggml_backend_tensor_get(t.0, out.as_mut_ptr() as *mut c_void, offset, out.len()) }
 }
 
 /// `n` f32 values of `t` from element `offset` on, appended to `out` (its

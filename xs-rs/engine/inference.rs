@@ -245,7 +245,7 @@ impl Runner {
     pub fn weights_id(&self) -> usize {
         Arc::as_ptr(&self.weights) as usize
     }
-    fn cache_layout(&self) -> CacheLayout {
+    pub(crate) fn cache_layout(&self) -> CacheLayout {
         let hp = &self.hp;
         CacheLayout {
             n_layer: hp.n_layer,

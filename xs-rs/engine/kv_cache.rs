@@ -4,7 +4,7 @@
 //! when flash attention is off. Cells are filled in order, so cell i holds
 //! position i. The graph code only calls `store_*`, `view_*` and `n_kv`.
 use super::ggml_ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16};
-use super::ggml_runtime::{Buffer, BufferType};
+use super::ggml_runtime::{self as rt, Buffer, BufferType};
 use super::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,10 +27,43 @@ pub struct CacheLayout {
     pub v_trans: bool,
 }
 
+/// The type of the stored keys and values.
+pub const KV_TYPE: i32 = GGML_TYPE_F16;
+
+impl CacheLayout {
+    /// The byte ranges (offset, length) of one layer's K or V that hold its
+    /// first `n` cells: one range of `n` whole rows, or with V transposed
+    /// the first `n` entries of each channel's row.
+    fn cell_ranges(&self, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
+        let (width, by_channel) = match part {
+            Part::K => (self.n_embd_k_gqa, false),
+            Part::V => (self.n_embd_v_gqa, self.v_trans),
+        };
+        let (count, stride, len) = if by_channel {
+            (width, row_size(KV_TYPE, self.kv_size as i64), row_size(KV_TYPE, n as i64))
+        } else {
+            (1, 0, row_size(KV_TYPE, width as i64) * n)
+        };
+        (0..count).map(move |i| (i * stride, len))
+    }
+
+    /// The bytes of the first `n` cells of one layer's K or V.
+    pub fn cells_bytes(&self, part: Part, n: usize) -> usize {
+        self.cell_ranges(part, n).map(|(_, len)| len).sum()
+    }
+}
+
 /// llama.cpp pads n_kv (the cells a graph attends over) to a multiple of 256
 /// so that graphs keep their shape across steps; the padding changes the
 /// kernels' summation order, so it is part of matching its numerics.
 pub const KV_PAD: usize = 256;
+
+/// One of a layer's two tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    K,
+    V,
+}
 
 pub struct KvCache {
     id: u64,
@@ -53,9 +86,9 @@ impl KvCache {
         let mut k = Vec::with_capacity(layout.n_layer);
         let mut v = Vec::with_capacity(layout.n_layer);
         for il in 0..layout.n_layer {
-            let kt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+            let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
             kt.set_name(&format!("cache_k_l{il}"));
-            let vt = ctx.new_tensor(GGML_TYPE_F16, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+            let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
             vt.set_name(&format!("cache_v_l{il}"));
             k.push(kt);
             v.push(vt);
@@ -108,6 +141,39 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.tokens.clear();
+    }
+
+    fn tensor(&self, il: usize, part: Part) -> Tensor {
+        match part {
+            Part::K => self.k[il],
+            Part::V => self.v[il],
+        }
+    }
+
+    /// Copies the first `n` cells of layer `il`'s K or V into `out` (which
+    /// is [`CacheLayout::cells_bytes`] long), in the tensor's own order: cell
+    /// after cell, or with V transposed channel after channel.
+    pub fn read_cells(&self, il: usize, part: Part, n: usize, out: &mut [u8]) {
+        assert_eq!(out.len(), self.layout.cells_bytes(part, n), "read_cells: size");
+        let t = self.tensor(il, part);
+        let mut at = 0;
+        for (offset, len) in self.layout.cell_ranges(part, n) {
+            rt::tensor_read(t, offset, &mut out[at..at + len]);
+            at += len;
+        }
+    }
+
+    /// Writes the first `n` cells of layer `il`'s K or V from `data`, laid
+    /// out as [`KvCache::read_cells`] gives them. The cells join the cache
+    /// with [`KvCache::advance`].
+    pub fn write_cells(&mut self, il: usize, part: Part, n: usize, data: &[u8]) {
+        assert_eq!(data.len(), self.layout.cells_bytes(part, n), "write_cells: size");
+        let t = self.tensor(il, part);
+        let mut at = 0;
+        for (offset, len) in self.layout.cell_ranges(part, n) {
+            rt::tensor_write(t, offset, &data[at..at + len]);
+            at += len;
+        }
     }
 
     /// Rolls back to the first `n` positions (n <= n_cached, else Error).

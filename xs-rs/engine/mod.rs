@@ -17,6 +17,7 @@ pub mod graph;
 pub mod graph_inputs;
 pub mod inference;
 pub mod kv_cache;
+pub mod kv_file;
 pub mod live;
 pub mod logits;
 pub mod model;

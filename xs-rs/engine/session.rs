@@ -11,8 +11,10 @@ use super::generate::{self, CachedRunner, GenerateOptions, Generation, Step, Tok
 use super::ggml_runtime::Device;
 use super::inference::{ComputePool, InferenceOptions, KvCache, Output, Runner};
 use super::kv_cache::{CacheLayout, KV_PAD};
+use super::kv_file::{self, ModelId};
 use super::model::Model;
 use super::{Error, Result};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Scratch caches kept for later calls (each holds n_ctx positions of K/V).
@@ -63,6 +65,8 @@ pub struct PoolHandle {
 
 const LOST: &str = "this KV cache is in use by a generate call running on it (or was lost to an internal error)";
 const BUSY: &str = "this KV cache is already in use by a generate call running on it";
+const UNUSED: &str = "this KV cache has not been used by a session yet, so it belongs to no model and holds nothing \
+                      to save (a cache from Lugh::KVCache->new belongs to the first session that uses it)";
 
 impl CacheHandle {
     /// A cache of the given shape on the CPU, not yet tied to a session.
@@ -91,6 +95,14 @@ impl CacheHandle {
         };
         let cache = KvCache::new(layout, shape.n_ctx, cpu.buffer_type())?;
         Ok(CacheHandle { session: OnceLock::new(), cache: Mutex::new(Some(cache)) })
+    }
+
+    /// Writes the cache to `path` (see [`kv_file`]), for
+    /// [`Inference::load_cache`] to read back.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let session = self.session.get().ok_or_else(|| Error::Argument(UNUSED.into()))?;
+        let model = session.model_id()?;
+        self.with(|kv| kv_file::save(path, kv, &model))
     }
 
     /// Runs `f` on the cache.
@@ -124,6 +136,30 @@ impl Inference {
         let cache = self.runner.new_cache()?;
         crate::debug_log!("KV cache of {} positions: {:.1} MiB", cache.n_ctx(), super::debug::mib(cache.size_bytes()));
         Ok(CacheHandle { session, cache: Mutex::new(Some(cache)) })
+    }
+
+    /// A cache of this session holding what the saved cache at `path`
+    /// holds; the file must have been saved from a session of the same
+    /// model, n_ctx and flash-attention setting (see [`kv_file::load`]).
+    pub fn load_cache(self: &Arc<Self>, path: &Path) -> Result<CacheHandle> {
+        let target = kv_file::Target {
+            model: self.model_id()?,
+            layout: self.runner.cache_layout(),
+            n_ctx: self.runner.n_ctx(),
+            n_vocab: self.runner.n_vocab(),
+        };
+        let cache = kv_file::load(path, &target, || self.runner.new_cache())?;
+        Ok(CacheHandle { session: OnceLock::from(self.clone()), cache: Mutex::new(Some(cache)) })
+    }
+
+    /// The model as a saved cache names it.
+    fn model_id(&self) -> Result<ModelId> {
+        let model = self.runner.model();
+        Ok(ModelId {
+            fingerprint: model.fingerprint()?,
+            name: model.display_name(),
+            architecture: self.runner.architecture().to_string(),
+        })
     }
 
     pub fn new_pool(self: &Arc<Self>) -> Result<PoolHandle> {
