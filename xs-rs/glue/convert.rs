@@ -146,6 +146,25 @@ impl Perl {
         })
     }
 
+    /// A file name: the string's bytes as they are (file names are bytes),
+    /// or its UTF-8 when it has characters above 0xFF (which can only be
+    /// meant as UTF-8). It may be empty.
+    pub fn path_arg(self, sv: Sv, what: &str) -> Result<std::path::PathBuf, Error> {
+        use std::os::unix::ffi::OsStrExt;
+        self.checked(what, || {
+            if !self.is_defined(sv) || self.ref_kind(sv) != 0 {
+                return Err(arg_error(what, format!("must be a file name, got {}", self.describe(sv))));
+            }
+            let text = self.text(sv);
+            let bytes: Vec<u8> = if text.chars().all(|c| (c as u32) < 256) {
+                text.chars().map(|c| c as u8).collect()
+            } else {
+                text.into_bytes()
+            };
+            Ok(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
+        })
+    }
+
     /// The class a constructor blesses into (a subclass name is fine).
     pub fn class_arg(self, sv: Sv) -> Result<String, Error> {
         let class = if self.ref_kind(sv) != 0 {

@@ -1,11 +1,13 @@
 //! XS subs of Lugh::KVCache (made by Lugh::Inference->create_kv_cache).
-use super::inference::CACHE_CLASS;
-use crate::engine::session::{CacheHandle, CacheShape};
+use super::inference::{CACHE_CLASS, CLASS as INFERENCE_CLASS};
+use crate::engine::session::{CacheHandle, CacheShape, Inference};
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+    XsError,
 };
 use crate::xs_subs;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 fn this(args: &Args) -> Result<Arc<CacheHandle>, Error> {
@@ -33,6 +35,20 @@ const SHAPE_OPTIONS: &[Opt<[Option<usize>; 4]>] = &[
     Opt::new("head_dim", |perl, sv, s| set(&mut s[3], dimension(perl, sv, "head_dim").map(Some))),
 ];
 
+/// The file a cache is saved to or loaded from.
+fn file_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
+    let path = perl.path_arg(sv, "path")?;
+    if path.as_os_str().is_empty() {
+        return Err(Error::Argument("the path is empty (give the file of the saved cache)".into()));
+    }
+    Ok(path)
+}
+
+/// The options of Lugh::KVCache->load.
+const LOAD_OPTIONS: &[Opt<Option<Arc<Inference>>>] = &[Opt::new("inference", |perl, sv, target| {
+    set(target, object_arc::<Inference>(perl, sv, INFERENCE_CLASS).map(Some))
+})];
+
 xs_subs! { "Lugh::KVCache";
     fn new(args) as "Lugh::KVCache->new" {
         let perl = args.perl();
@@ -50,6 +66,30 @@ xs_subs! { "Lugh::KVCache";
         };
         let shape = CacheShape { n_layer: dim(0)?, n_ctx: dim(1)?, n_head_kv: dim(2)?, head_dim: dim(3)? };
         Ok(Ret::One(new_object(perl, &class, Arc::new(CacheHandle::standalone(shape)?))))
+    }
+
+    fn save(args) as "Lugh::KVCache->save" {
+        args.expect(2, 2, "self, path")?;
+        let c = this(args)?;
+        let path = file_arg(args.perl(), args.get(1))?;
+        c.save(&path)?;
+        Ok(Ret::One(args.perl().int(1)))
+    }
+
+    fn load(args) as "Lugh::KVCache->load" {
+        let perl = args.perl();
+        if args.len() < 2 {
+            return Err(XsError::Message("Usage: Lugh::KVCache->load($path, inference => $inference)".into()));
+        }
+        let class = perl.class_arg(args.get(0))?;
+        let path = file_arg(perl, args.get(1))?;
+        let given = Given::read(perl, &args.rest(2), &names(LOAD_OPTIONS).collect::<Vec<_>>())?;
+        let mut inference = None;
+        given.apply(perl, LOAD_OPTIONS, &mut inference)?;
+        let inference = inference.ok_or_else(|| {
+            Error::Argument("missing inference => $inference (the Lugh::Inference to continue the cache in)".into())
+        })?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(inference.load_cache(&path)?))))
     }
 
     fn _accessor_names(args) {

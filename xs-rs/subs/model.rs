@@ -15,24 +15,13 @@ fn this(args: &Args) -> Result<Arc<Model>, Error> {
     object_arc::<Model>(args.perl(), args.get(0), CLASS)
 }
 
-/// A path from a perl string: its bytes as they are (file names are bytes).
+/// The model file's path.
 fn path_arg(perl: Perl, sv: Sv) -> Result<PathBuf, Error> {
-    use std::os::unix::ffi::OsStrExt;
-    if !perl.is_defined(sv) || perl.ref_kind(sv) != 0 {
-        return Err(Error::Argument(format!("model path must be a file name, got {}", perl.describe(sv))));
-    }
-    let text = perl.text(sv);
-    // Characters above 0xFF can only be meant as UTF-8; otherwise use the bytes.
-    let bytes: Vec<u8> = if text.chars().all(|c| (c as u32) < 256) {
-        text.chars().map(|c| c as u8).collect()
-    } else {
-        text.into_bytes()
-    };
-    perl.check("model path")?;
-    if bytes.is_empty() {
+    let path = perl.path_arg(sv, "model path")?;
+    if path.as_os_str().is_empty() {
         return Err(Error::Argument("missing model => $path (the GGUF file to load): the path is empty".into()));
     }
-    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
+    Ok(path)
 }
 
 fn opt_int(perl: Perl, v: Option<i64>) -> Sv {
