@@ -47,11 +47,13 @@ my @gen  = (max_tokens => 2, greedy => 1);
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
 our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec);
+my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
     $inf    = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => 64);
     $tok    = Lugh::Tokenizer->new(model => $model);
     $cache  = $inf->create_kv_cache;
+    $cache->save($saved);
     $pool   = $inf->create_memory_pool;
     $logits = $inf->forward([ 1, 2, 3 ], as_object => 1);
     $chat   = Lugh::Chat->new(inference => $inf, format => 'chatml', max_tokens => 2, greedy => 1);
@@ -126,6 +128,8 @@ my %CALLS = (
 
     'Lugh::KVCache::new'           => sub { ('Lugh::KVCache', n_layer => 2, n_ctx => 16, n_head_kv => 2, head_dim => 8) },
     'Lugh::KVCache::resize'        => sub { ($cache, 0) },
+    'Lugh::KVCache::save'          => sub { ($cache, "$dir/hostile.kv") },
+    'Lugh::KVCache::load'          => sub { ('Lugh::KVCache', $saved, inference => $inf) },
     (map { my $m = $_; ("Lugh::KVCache::$m" => sub { ($cache) }) } qw(clear n_cached n_ctx n_layer tokens)),
 
     'Lugh::MemoryPool::new'        => sub { ('Lugh::MemoryPool') },

@@ -439,7 +439,9 @@ the cache already holds (see L<Lugh::KVCache/tokens>) is kept, the rest of
 the cache is dropped, and only the remaining prompt tokens are evaluated (at
 least the last one, whose logits are needed). The generated tokens are
 appended to the cache, all but the last one. While the generation runs, the
-cache cannot be used by the callbacks.
+cache cannot be used by the callbacks. To continue a conversation in a later
+process, save the cache to a file and load it into a session of the same
+model and settings (L<Lugh::KVCache/save>, L<Lugh::KVCache/load>).
 
 =head3 Statistics
 

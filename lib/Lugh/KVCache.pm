@@ -51,6 +51,12 @@ A cache belongs to the session that made it and keeps that session (and its
 model) alive; using it with another session croaks. It is not copied into
 new threads (C<CLONE_SKIP>).
 
+A cache can be saved to a file (L</save>) and loaded back, in this process
+or another, into a session of the same model, C<n_ctx> and C<flash_attn>
+(L</load>): generating from the loaded cache gives the tokens that
+generating from the saved one would have given, without evaluating the
+conversation again.
+
 =head1 METHODS
 
 =head2 n_cached
@@ -93,6 +99,67 @@ Forgets every position (C<n_cached> becomes 0).
 
 Rolls back to the first C<$n> positions; the next forward continues from
 position C<$n>. C<$n> must not exceed C<n_cached>.
+
+=head2 save
+
+    use File::Temp qw(tempdir);
+    $inference->forward_cache($cache, [504, 3575, 282, 4649, 314]);
+    my $file = tempdir(CLEANUP => 1) . '/story.kv';
+    $cache->save($file);
+    print -s $file, " bytes\n";    # 115484 bytes
+
+Writes the cache to the file C<$path>: its token history (L</tokens>), the
+keys and values of those positions (not of the empty rest of the context),
+and what it can be loaded into (the model's fingerprint, C<n_ctx>, whether
+flash attention was on). The file is written beside C<$path> under a
+temporary name, flushed to disk and renamed, so C<$path> holds either its
+old content or the whole new file, never a part. Returns true; croaks
+naming the path and the system's error when it cannot be written (a missing
+directory, no permission, a full disk), and when the cache is in use by a
+C<generate> running on it. A cache from L</new> that no session has used
+yet holds nothing to save, and croaks.
+
+For SmolLM2-135M a position takes 22.5 KiB (30 layers of 192 keys and 192
+values in f16), for Qwen2.5-0.5B 12 KiB: 500 positions are 11.5 or 6 MB.
+
+The format (version 1, described in F<xs-rs/engine/kv_file.rs>): a header
+of 256 bytes (the magic C<LUGHKVC\0>, the version, the model's fingerprint,
+architecture and name, the cache's shape, C<n_ctx>, the flash-attention
+setting and the number of positions) with its own checksum, the token ids,
+each layer's keys and values, and an XXH64 checksum of the whole. The
+fingerprint identifies the model file without reading its weights: an XXH64
+of its header (all metadata and the tensor table) and of the first bytes of
+each tensor's data.
+
+=head2 load
+
+    use File::Temp qw(tempdir);
+    my $file  = tempdir(CLEANUP => 1) . '/story.kv';
+    my $story = $inference->create_kv_cache;
+    $inference->forward_cache($story, [504, 3575, 282, 4649, 314]);
+    $story->save($file);
+
+    # later, perhaps in another process: a session of the same model, n_ctx and flash_attn
+    my $later    = Lugh::Inference->new(model => $model, n_ctx => 512);
+    my $restored = Lugh::KVCache->load($file, inference => $later);
+    print $restored->n_cached, "\n";                  # 5
+    my @reply = $later->generate([$restored->tokens], cache => $restored, max_tokens => 8);
+
+Reads a cache saved by L</save> into a new cache of the session
+C<inference> (required), which it then belongs to like one from
+C<create_kv_cache>. Generating or calling C<forward_cache> with it gives
+exactly the tokens and logits the saved cache would have given.
+
+The file must come from a session of the same model file (the fingerprints
+are compared), the same C<n_ctx> and the same C<flash_attn>: the keys and
+values are what that model computed with that attention kernel, and
+continuing from them in another setting would give other tokens than
+never having saved. Otherwise C<load> croaks saying what differs, e.g.
+"'story.kv' cannot be loaded into this session: it was saved from a session
+with n_ctx 512, and this session has n_ctx 1024". It croaks too, naming the
+file and what is wrong, when the file is missing, unreadable, not a saved
+cache, of another format version, cut short, or damaged (the checksums);
+nothing in it is used before it is checked.
 
 =head2 new
 
