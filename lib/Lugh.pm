@@ -174,7 +174,8 @@ C<generate> (with callbacks, stop strings, statistics).
 =item L<Lugh::KVCache>, L<Lugh::MemoryPool>
 
 The state a session keeps between calls: the attention cache of a
-conversation, and a reusable compute allocation.
+conversation (which can be saved to a file and loaded back), and a reusable
+compute allocation.
 
 =item L<Lugh::Logits>
 
