@@ -122,6 +122,10 @@ my %CALLS = (
     },
     'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
     'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
+    'Lugh::Inference::logprobs'    => sub { ($inf, [ 1, 2, 3 ], top => 2, parse_special => 0) },
+    'Lugh::Inference::perplexity'  => sub { ($inf, [ (1 .. 8) x 2 ], n_ctx => 8, n_chunks => 2, parse_special => 0) },
+    'Lugh::Inference::embed'       => sub { ($inf, [ 1, 2, 3 ], pooling => 'mean', normalize => 1) },
+    'Lugh::Inference::embed_batch' => sub { ($inf, [ [ 1, 2 ], [3] ], pooling => 'last', parse_special => 1) },
     (map { my $m = $_; ("Lugh::Inference::$m" => sub { ($inf) }) }
         qw(architecture backend create_kv_cache create_memory_pool flash_attn head_dim model n_batch n_ctx
         n_ctx_train n_embd n_ff n_head n_head_kv n_layer n_rot n_threads n_vocab norm_eps rope_freq_base)),

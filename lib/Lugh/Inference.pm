@@ -97,6 +97,10 @@ sub generate {
     return wantarray ? @$ids : $ids;
 }
 
+# Scores come from the XS subs as name => value pairs.
+sub logprobs   { my $self = shift; return { _logprobs($self, @_) } }
+sub perplexity { my $self = shift; return { _perplexity($self, @_) } }
+
 sub profile {
     my ($self, @args) = @_;
     my %opt = Lugh::_options('Lugh::Inference->profile', { reset => 0 }, @args);
@@ -489,6 +493,103 @@ C<template>, C<format> or C<prompt>, as in L<Lugh::Chat/new>); the reply text
 ends before the end-of-turn token. It takes every option of
 L<Lugh::Chat/new> and L<Lugh::Chat/ask>. For a conversation that goes on,
 L<Lugh::Chat> reuses the KV cache between turns.
+
+=head1 SCORING AND EMBEDDINGS
+
+=head2 logprobs
+
+    my $r = $inference->logprobs('The capital of France is Paris.', top => 3);
+    print scalar @{ $r->{logprobs} }, "\n";       # 6
+    printf "perplexity %.3f over %d tokens\n", $r->{perplexity}, $r->{n_scored};
+    for my $i (0 .. $#{ $r->{logprobs} }) {
+        printf "%6d %8.3f\n", $r->{tokens}[$i + 1], $r->{logprobs}[$i];
+    }
+
+Scores a text (a string, tokenized as L</perplexity> does, or an array
+reference of token ids) in one pass on an empty cache, and returns a hash
+reference: C<tokens> (the ids scored), C<logprobs> (for each token after
+the first, the natural log of its probability given the tokens before it: one
+entry fewer than C<tokens>), C<n_scored>, C<nll> (the sum of the negative
+log-probabilities) and C<perplexity> (C<exp(nll / n_scored)>). With
+C<< top => N >>, also C<top>: for each scored position the C<N> most likely
+tokens as C<[id, logprob]> pairs, best first. The probabilities are the
+softmax of the raw logits (temperature 1), the sum of exponentials taken in
+double precision as llama.cpp's C<llama-perplexity> takes it.
+
+The text must fit in C<n_ctx> and have at least 2 tokens; for a longer text
+use L</perplexity>. Option C<< parse_special => 1 >> reads special tokens
+written in the text (default 0).
+
+=head2 perplexity
+
+    my $long_text = join ' ', map { "Line $_ of a long text about cats and mats." } 1 .. 60;
+    my $p = $inference->perplexity($long_text, n_ctx => 128);
+    print "$p->{n_chunks} chunks\n";                # 6 chunks
+    printf "PPL = %.4f +/- %.5f over %d chunks\n", $p->{perplexity}, $p->{error}, $p->{n_chunks};
+
+The perplexity of a long text computed exactly as llama.cpp's
+C<llama-perplexity -c N_CTX> computes it, so the numbers can be compared: the
+text is tokenized with the model's BOS (if it adds one) and no special-token
+parsing, cut into windows of C<n_ctx> tokens (default: the session's n_ctx),
+each evaluated on an empty cache with its first token replaced by the BOS
+when the model adds one, and the tokens of the second half of each window
+are scored. The text needs at least two windows of tokens. C<n_chunks>
+limits the windows used (default: all whole windows).
+
+Returns a hash reference: C<perplexity>, C<error> (its standard error,
+as llama-perplexity's C<+/->; undef when it cannot be estimated), C<chunks>
+(the estimate after each window, llama-perplexity's C<[1]...,[2]...>),
+C<n_chunks>, C<n_ctx>, C<n_scored>, C<n_tokens> and C<nll> (the mean negative
+log-likelihood). C<n_ctx> must not exceed the session's.
+
+=head2 embed
+
+    my $vector = $inference->embed('A sentence to embed', pooling => 'mean');
+    print scalar @$vector, "\n";                   # 576 (SmolLM2's n_embd)
+
+    my $rows = $inference->embed([1, 2, 3], pooling => 'none');
+    print scalar @$rows, "\n";                     # 3 (one vector per token)
+
+The embedding of a text (a string or an array reference of token ids): the
+model's final hidden state (after the output norm, before the output
+projection), computed as llama.cpp's embedding mode computes it, with the
+text alone in a fresh cache. Returns an array reference of C<n_embd>
+numbers, or with C<< pooling => 'none' >> an array reference of one such
+array per token. Options:
+
+=over
+
+=item pooling
+
+C<mean> (the average over the tokens), C<last> (the last token's state, as
+decoder embedding models use), C<cls> (the first token's) or C<none>.
+Default: the model's C<ARCH.pooling_type> when its file names one, else
+C<mean>.
+
+=item normalize
+
+Default 1: each vector is scaled to unit Euclidean length (llama.cpp's
+C<--embd-normalize 2>, its default). 0 leaves it as computed.
+
+=item parse_special
+
+Default 1, as C<llama-embedding>: special tokens written in the text (like
+C<< <|im_start|> >>) are read as those tokens. Texts are tokenized with the
+tokens the model adds (its BOS and EOS, when it adds them).
+
+=back
+
+=head2 embed_batch
+
+    my @vectors = $inference->embed_batch(['first text', 'second text', [1, 2, 3]],
+        pooling => 'mean');
+    print scalar @vectors, " embeddings\n";        # 3 embeddings
+
+Like L</embed> for many texts at once (each a string or an array of token
+ids), in order; a reference to the list in scalar context. Short texts are
+evaluated together, as many as fit in C<n_batch> tokens in one graph, each
+seeing only itself, so many short texts cost little more than one long one.
+Takes the options of L</embed>.
 
 =head1 DIAGNOSTICS
 

@@ -22,7 +22,8 @@ sub reference_dir_tools {
 }
 
 # The output of a reference command (a list: program and arguments; a first
-# argument { stdin => FILE } feeds it that file), stderr dropped; undef when
+# argument { stdin => FILE } feeds it that file; { stderr => 1 } keeps its
+# stderr, after stdout), stderr dropped otherwise; undef when
 # it fails. ggml's AMX kernels fault when built by GCC 12
 # (the tile configuration is dropped), so a crashed run is retried with AMX
 # refused by the kernel, which makes ggml use the AVX-512 kernels Lugh uses.
@@ -31,10 +32,11 @@ sub run_reference {
     my @cmd = @_;
     my $quoted = join ' ', map { quotemeta } @cmd;
     $quoted .= ' <' . quotemeta($options->{stdin}) if defined $options->{stdin};
-    my $out = qx{$quoted 2>/dev/null};
+    $quoted .= $options->{stderr} ? ' 2>&1' : ' 2>/dev/null';
+    my $out = qx{$quoted};
     return $out if $? == 0;
     local $ENV{LD_PRELOAD} = no_amx_shim();
-    $out = qx{$quoted 2>/dev/null};
+    $out = qx{$quoted};
     return $? == 0 ? $out : undef;
 }
 

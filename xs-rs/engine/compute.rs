@@ -6,7 +6,7 @@
 //! reuses it, as llama.cpp reuses its graphs, instead of building anew.
 use super::ggml_ops::GraphCtx;
 use super::ggml_runtime::{BufferType, Device, Gallocr};
-use super::graph::ForwardGraph;
+use super::graph::{ForwardGraph, Head};
 use super::{Error, Result};
 
 /// Asks the device whether it runs every node of `g` with the node's types,
@@ -72,10 +72,14 @@ pub(crate) struct StepScratch {
     pub mask_f16: Vec<u16>,
 }
 
-/// What decides a graph's shape: per segment its cache, new tokens, cells
-/// attended and whether every token gets logits.
+/// What decides a graph's shape: what it computes at its outputs, and per
+/// segment its cache, new tokens, cells attended and whether every token is
+/// an output.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GraphKey(pub Vec<(u64, usize, usize, bool)>);
+pub struct GraphKey {
+    pub head: Head,
+    pub segments: Vec<(u64, usize, usize, bool)>,
+}
 
 impl ComputePool {
     pub(crate) fn new(buft: BufferType, backend_name: String) -> ComputePool {

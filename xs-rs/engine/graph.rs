@@ -25,12 +25,24 @@ pub struct Segment<'a> {
     pub all_outputs: bool,
 }
 
+/// What a graph computes at its output rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Head {
+    /// Next-token logits: the output projection of the final hidden state.
+    #[default]
+    Logits,
+    /// The final hidden state after the output norm (llama.cpp's `t_embd`,
+    /// what its embedding mode pools), without the output projection.
+    Hidden,
+}
+
 /// A built graph and its inputs/outputs.
 pub struct ForwardGraph {
     pub g: GraphCtx,
     pub inputs: GraphInputs,
-    /// [n_vocab, n_outputs]
-    pub logits: Tensor,
+    /// [width, n_outputs]: logits (width n_vocab) or hidden states (n_embd).
+    pub output: Tensor,
+    pub width: usize,
     pub n_outputs: usize,
 }
 
@@ -42,6 +54,7 @@ pub struct Blueprint<'a> {
     pub flash_attn: bool,
     /// The RoPE frequency factors this session uses (see ModelWeights::rope_factors_for).
     pub rope_factors: Option<Tensor>,
+    pub head: Head,
 }
 
 /// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
@@ -136,6 +149,11 @@ impl Blueprint<'_> {
         }
 
         let cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
+        if self.head == Head::Hidden {
+            cur.set_output();
+            g.expand(cur);
+            return Ok(ForwardGraph { g, inputs, output: cur, width: hp.n_embd, n_outputs });
+        }
         let mut logits = g.mul_mat(w.output, cur);
         if hp.logit_scale != 1.0 {
             logits = g.scale(logits, 1.0 / hp.logit_scale);
@@ -147,7 +165,7 @@ impl Blueprint<'_> {
         name(logits, "result_output", None);
         logits.set_output();
         g.expand(logits);
-        Ok(ForwardGraph { g, inputs, logits, n_outputs })
+        Ok(ForwardGraph { g, inputs, output: logits, width: hp.n_vocab, n_outputs })
     }
 }
 

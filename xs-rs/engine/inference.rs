@@ -9,7 +9,7 @@ use super::arch::{self, ArchSpec, HParams};
 use super::compute::{BatchShape, StepScratch};
 use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
-use super::graph::{Blueprint, Segment};
+use super::graph::{Blueprint, Head, Segment};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
@@ -246,6 +246,11 @@ impl Runner {
         Arc::as_ptr(&self.weights) as usize
     }
     pub(crate) fn cache_layout(&self) -> CacheLayout {
+        self.cache_layout_for(self.n_ctx)
+    }
+
+    /// The layout of a cache of `n_ctx` positions for this session.
+    fn cache_layout_for(&self, n_ctx: usize) -> CacheLayout {
         let hp = &self.hp;
         CacheLayout {
             n_layer: hp.n_layer,
@@ -254,7 +259,7 @@ impl Runner {
             head_dim_k: hp.head_dim_k,
             head_dim_v: hp.head_dim_v,
             n_head_kv: hp.n_head_kv,
-            kv_size: self.n_ctx.div_ceil(super::kv_cache::KV_PAD) * super::kv_cache::KV_PAD,
+            kv_size: n_ctx.div_ceil(super::kv_cache::KV_PAD) * super::kv_cache::KV_PAD,
             v_trans: !self.flash_attn,
         }
     }
@@ -315,20 +320,102 @@ impl Runner {
         output: Output,
         pool: Option<&mut ComputePool>,
     ) -> Result<Vec<Vec<f32>>> {
-        let mut flat = Vec::new();
         if output == Output::Last {
-            self.forward_last_into(cache, tokens, pool, &mut flat)?;
-            return Ok(vec![flat]);
+            let mut last = Vec::new();
+            self.forward_last_into(cache, tokens, pool, &mut last)?;
+            return Ok(vec![last]);
         }
+        let mut rows = Vec::with_capacity(tokens.len());
+        self.forward_rows(cache, tokens, Head::Logits, pool, |row| {
+            rows.push(row.to_vec());
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// Appends `tokens` to `cache` and passes `each` the output row of every
+    /// token in order: its logits, or with Head::Hidden its final hidden
+    /// state. The rows of one n_batch chunk at a time are held, so scoring a
+    /// long text over a large vocabulary never holds them all.
+    pub fn forward_rows(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[i32],
+        head: Head,
+        pool: Option<&mut ComputePool>,
+        mut each: impl FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
         self.check_tokens(tokens, "the token list")?;
         self.check_cache(cache, tokens.len())?;
+        let width = self.output_width(head);
         self.with_pool(pool, |pool| {
-            let mut rows = Vec::with_capacity(tokens.len());
+            let mut flat = Vec::new();
             for chunk in tokens.chunks(self.n_batch) {
-                self.run_step(&mut [(&mut *cache, chunk)], true, pool, &mut flat)?;
-                rows.extend(flat.chunks_exact(self.hp.n_vocab).map(<[f32]>::to_vec));
+                self.run_step(&mut [(&mut *cache, chunk)], true, head, pool, &mut flat)?;
+                flat.chunks_exact(width).try_for_each(&mut each)?;
             }
-            Ok(rows)
+            Ok(())
+        })
+    }
+
+    /// The length of an output row.
+    pub fn output_width(&self, head: Head) -> usize {
+        match head {
+            Head::Logits => self.hp.n_vocab,
+            Head::Hidden => self.hp.n_embd,
+        }
+    }
+
+    /// The final hidden state of every token of each sequence (flat,
+    /// n_embd a token), each sequence seeing only itself, as llama.cpp's
+    /// embedding mode computes them. Short sequences share a graph (as many
+    /// as fit in n_batch tokens); each gets a cache just large enough for
+    /// it, which is attended over the same padded cell count as llama.cpp's.
+    pub fn hidden_states(&self, sequences: &[Vec<i32>], pool: Option<&mut ComputePool>) -> Result<Vec<Vec<f32>>> {
+        for (i, seq) in sequences.iter().enumerate() {
+            self.check_tokens(seq, &format!("sequence {i}"))?;
+            if seq.len() > self.n_ctx {
+                return Err(Error::KvOverflow { needed: seq.len(), capacity: self.n_ctx });
+            }
+        }
+        let width = self.hp.n_embd;
+        let mut result: Vec<Vec<f32>> = sequences.iter().map(|s| Vec::with_capacity(s.len() * width)).collect();
+        self.with_pool(pool, |pool| {
+            let mut flat = Vec::new();
+            let mut first = 0;
+            while first < sequences.len() {
+                // A group: consecutive sequences that fit in n_batch tokens
+                // together (a longer one goes alone, in chunks).
+                let mut end = first + 1;
+                let mut n_tokens = sequences[first].len();
+                while end < sequences.len() && n_tokens + sequences[end].len() <= self.n_batch {
+                    n_tokens += sequences[end].len();
+                    end += 1;
+                }
+                let group = &sequences[first..end];
+                let mut caches = group
+                    .iter()
+                    .map(|s| KvCache::new(self.cache_layout_for(s.len()), s.len(), self.device.buffer_type()))
+                    .collect::<Result<Vec<_>>>()?;
+                if let [seq] = group {
+                    for chunk in seq.chunks(self.n_batch) {
+                        self.run_step(&mut [(&mut caches[0], chunk)], true, Head::Hidden, pool, &mut flat)?;
+                        result[first].extend_from_slice(&flat);
+                    }
+                } else {
+                    let mut segs: Vec<(&mut KvCache, &[i32])> =
+                        caches.iter_mut().zip(group).map(|(c, s)| (c, s.as_slice())).collect();
+                    self.run_step(&mut segs, true, Head::Hidden, pool, &mut flat)?;
+                    let mut rows = flat.as_slice();
+                    for (i, seq) in group.iter().enumerate() {
+                        let (mine, rest) = rows.split_at(seq.len() * width);
+                        result[first + i].extend_from_slice(mine);
+                        rows = rest;
+                    }
+                }
+                first = end;
+            }
+            Ok(result)
         })
     }
 
@@ -345,7 +432,7 @@ impl Runner {
         self.check_cache(cache, tokens.len())?;
         self.with_pool(pool, |pool| {
             for chunk in tokens.chunks(self.n_batch) {
-                self.run_step(&mut [(&mut *cache, chunk)], false, pool, out)?;
+                self.run_step(&mut [(&mut *cache, chunk)], false, Head::Logits, pool, out)?;
             }
             Ok(())
         })
@@ -411,7 +498,7 @@ impl Runner {
                 }
                 let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
                 let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
-                self.run_step(&mut segs, false, pool, &mut flat)?;
+                self.run_step(&mut segs, false, Head::Logits, pool, &mut flat)?;
                 for ((i, n), l) in ids.into_iter().zip(flat.chunks_exact(self.hp.n_vocab)) {
                     done[i] += n;
                     result[i] = l.to_vec();
@@ -430,11 +517,12 @@ impl Runner {
         &self,
         segs: &mut [(&mut KvCache, &[i32])],
         all: bool,
+        head: Head,
         pool: &mut ComputePool,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let mut scratch = std::mem::take(&mut pool.scratch);
-        let result = self.run_step_with(segs, all, pool, &mut scratch, out);
+        let result = self.run_step_with(segs, all, head, pool, &mut scratch, out);
         pool.scratch = scratch;
         result
     }
@@ -443,6 +531,7 @@ impl Runner {
         &self,
         segs: &mut [(&mut KvCache, &[i32])],
         all: bool,
+        head: Head,
         pool: &mut ComputePool,
         scratch: &mut StepScratch,
         out: &mut Vec<f32>,
@@ -453,6 +542,7 @@ impl Runner {
             weights: &self.weights,
             flash_attn: self.flash_attn,
             rope_factors: self.weights.rope_factors_for(self.n_ctx, &self.hp),
+            head,
         };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
@@ -460,8 +550,9 @@ impl Runner {
             n_segments: segs.len(),
             kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
         };
-        scratch.key.0.clear();
-        scratch.key.0.extend(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)));
+        scratch.key.head = head;
+        scratch.key.segments.clear();
+        scratch.key.segments.extend(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)));
         if pool.reusable(&scratch.key).is_none() {
             let segments: Vec<Segment> =
                 segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
@@ -488,7 +579,7 @@ impl Runner {
         // the output rows lie one after another: one read
         timed(&self.profile, Phase::Read, || {
             out.clear();
-            rt::tensor_get_f32_into(graph.logits, 0, graph.n_outputs * self.hp.n_vocab, out);
+            rt::tensor_get_f32_into(graph.output, 0, graph.n_outputs * graph.width, out);
         });
         Ok(())
     }

@@ -257,6 +257,12 @@ impl Model {
         self.gguf.arch_value(suffix).and_then(|v| v.as_i64().or_else(|| first_int(v)))
     }
 
+    /// `ARCH.pooling_type`: how an embedding model pools (llama.cpp's
+    /// numbering), when the file says.
+    pub fn pooling_type(&self) -> Option<i64> {
+        self.arch_int("pooling_type")
+    }
+
     pub fn n_layer(&self) -> Option<i64> {
         self.arch_int("block_count")
     }

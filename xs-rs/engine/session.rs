@@ -230,6 +230,15 @@ impl Inference {
         stack.extend(caches.into_iter().take(room));
     }
 
+    /// Runs `body` with the runner and an empty scratch cache (the caller's
+    /// caches are not touched), which goes back to the stack afterwards.
+    pub(crate) fn with_empty_cache<T>(&self, body: impl FnOnce(&Runner, &mut KvCache) -> Result<T>) -> Result<T> {
+        let mut scratch = self.take_scratch(1)?;
+        let result = body(&self.runner, &mut scratch[0]);
+        self.return_scratch(scratch);
+        result.map_err(without_cache)
+    }
+
     /// A forward pass over `tokens`, appending to `cache` (or to a fresh
     /// scratch cache, so the call sees only these tokens).
     pub fn forward(

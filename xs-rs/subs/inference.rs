@@ -1,12 +1,14 @@
 //! XS subs of Lugh::Inference. The options of new, sample and generate are
 //! declared here, once (tables of [`Opt`]); the spellings of forward live in
 //! Lugh/Inference.pm.
+use crate::engine::embedding::Pooling;
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
 use crate::engine::session::{CacheHandle, Inference, PoolHandle};
+use crate::engine::tokenizer::EncodeOptions;
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt,
@@ -168,6 +170,94 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
         set(&mut a.options.logprobs, ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
 ];
+
+/// What embed() and embed_batch() are given besides the texts.
+struct EmbedArgs {
+    pooling: Option<Pooling>,
+    normalize: bool,
+    parse_special: bool,
+}
+
+const EMBED_OPTIONS: &[Opt<EmbedArgs>] = &[
+    Opt::new("pooling", |perl, sv, a| {
+        set(&mut a.pooling, perl.string_arg(sv, "pooling").and_then(|n| Pooling::from_name(&n)).map(Some))
+    }),
+    Opt::new("normalize", |perl, sv, a| set(&mut a.normalize, perl.bool_arg(sv, "normalize"))),
+    Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+];
+
+/// What logprobs() and perplexity() are given besides the text.
+#[derive(Default)]
+struct ScoreArgs {
+    top: usize,
+    n_ctx: Option<usize>,
+    n_chunks: Option<usize>,
+    parse_special: bool,
+}
+
+const LOGPROBS_OPTIONS: &[Opt<ScoreArgs>] = &[
+    Opt::new("top", |perl, sv, a| set(&mut a.top, count_arg(perl, sv, "top", 0))),
+    Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+];
+
+const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
+    Opt::new("n_ctx", |perl, sv, a| set(&mut a.n_ctx, ranged_arg(perl, sv, "n_ctx", 2, MAX_CTX as i64).map(Some))),
+    Opt::new("n_chunks", |perl, sv, a| {
+        set(&mut a.n_chunks, ranged_arg(perl, sv, "n_chunks", 1, i32::MAX as i64).map(Some))
+    }),
+    Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+];
+
+/// A text (tokenized as llama.cpp's tools do: the model's BOS/EOS added)
+/// or an array reference of token ids.
+fn text_or_tokens(perl: Perl, s: &Inference, sv: Sv, what: &str, parse_special: bool) -> Result<Vec<i32>, Error> {
+    if perl.ref_kind(sv) == b'A' {
+        return perl.token_array_arg(sv, what, s.runner.n_vocab());
+    }
+    if perl.ref_kind(sv) != 0 {
+        perl.check(what)?;
+        return Err(Error::Argument(format!("{what} must be a string of text or an array reference of token ids")));
+    }
+    let text = perl.utf8_text_arg(sv, what)?;
+    let vocab = s.runner.model().vocab()?;
+    let options = EncodeOptions { add_bos: vocab.add_bos_default(), add_eos: vocab.add_eos_default(), parse_special };
+    Ok(vocab.encode_bytes(&text, options))
+}
+
+/// embed() and embed_batch(): reads the options, embeds `inputs` and
+/// returns one embedding each (pooled: an array of numbers; pooling none:
+/// an array of one such array per token).
+fn embed_inputs(args: &Args, s: &Inference, inputs: &[Sv], first_option: usize) -> Result<Vec<Sv>, XsError> {
+    let perl = args.perl();
+    let given = Given::read(perl, &args.rest(first_option), &names(EMBED_OPTIONS).collect::<Vec<_>>())?;
+    let mut opt = EmbedArgs { pooling: None, normalize: true, parse_special: true };
+    given.apply(perl, EMBED_OPTIONS, &mut opt)?;
+    let pooling = opt.pooling.or_else(|| s.model_pooling()).unwrap_or(Pooling::Mean);
+    let sequences = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &sv)| {
+            let what =
+                if inputs.len() == 1 && first_option == 2 { "the input".to_string() } else { format!("input {i}") };
+            let tokens = text_or_tokens(perl, s, sv, &what, opt.parse_special)?;
+            if tokens.is_empty() {
+                return Err(Error::Argument(format!("{what} is empty: at least one token is needed")));
+            }
+            Ok(tokens)
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let width = s.runner.hparams().n_embd;
+    let vectors = s.embed(&sequences, pooling, opt.normalize)?;
+    Ok(vectors
+        .iter()
+        .map(|v| match pooling {
+            Pooling::None => {
+                perl.array_ref(&v.chunks_exact(width).map(|row| perl.float_array_ref(row)).collect::<Vec<_>>())
+            }
+            _ => perl.float_array_ref(v),
+        })
+        .collect())
+}
 
 /// The valid names of several tables, for [`Given::read`].
 fn valid_names(
@@ -430,6 +520,101 @@ xs_subs! { "Lugh::Inference";
             perl.float(g.prompt_seconds),
             perl.float(g.generate_seconds),
             logprobs,
+        ]))
+    }
+
+    fn embed(args) as "Lugh::Inference->embed" {
+        if args.len() < 2 {
+            return Err(XsError::Message("Usage: $inference->embed($text | \\@tokens, name => value, ...)".into()));
+        }
+        let s = this(args)?;
+        let mut out = embed_inputs(args, &s, &[args.get(1)], 2)?;
+        Ok(Ret::One(out.pop().expect("one input, one embedding")))
+    }
+
+    fn embed_batch(args) as "Lugh::Inference->embed_batch" {
+        if args.len() < 2 {
+            return Err(XsError::Message(
+                "Usage: $inference->embed_batch([$text | \\@tokens, ...], name => value, ...)".into(),
+            ));
+        }
+        let s = this(args)?;
+        let inputs = args.perl().array_arg(args.get(1), "inputs")?;
+        Ok(Ret::List(embed_inputs(args, &s, &inputs, 2)?))
+    }
+
+    fn _logprobs(args) as "Lugh::Inference->logprobs" {
+        if args.len() < 2 {
+            return Err(XsError::Message("Usage: $inference->logprobs($text | \\@tokens, name => value, ...)".into()));
+        }
+        let s = this(args)?;
+        let perl = args.perl();
+        let given = Given::read(perl, &args.rest(2), &names(LOGPROBS_OPTIONS).collect::<Vec<_>>())?;
+        let mut opt = ScoreArgs::default();
+        given.apply(perl, LOGPROBS_OPTIONS, &mut opt)?;
+        let tokens = text_or_tokens(perl, &s, args.get(1), "the text", opt.parse_special)?;
+        let scores = s.score(&tokens, opt.top)?;
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        let logprobs: Vec<Sv> = scores.logprobs.iter().map(|&v| perl.float(v)).collect();
+        let mut out = vec![
+            perl.str("tokens"),
+            perl.int_array_ref(&ids),
+            perl.str("logprobs"),
+            perl.array_ref(&logprobs),
+            perl.str("n_scored"),
+            perl.int(scores.logprobs.len() as i64),
+            perl.str("nll"),
+            perl.float(-scores.logprobs.iter().sum::<f64>()),
+            perl.str("perplexity"),
+            perl.float(scores.perplexity()),
+        ];
+        if opt.top > 0 {
+            let pair = |&(id, v): &(i32, f64)| perl.array_ref(&[perl.int(id as i64), perl.float(v)]);
+            let rows: Vec<Sv> =
+                scores.top.iter().map(|row| perl.array_ref(&row.iter().map(pair).collect::<Vec<_>>())).collect();
+            out.extend([perl.str("top"), perl.array_ref(&rows)]);
+        }
+        Ok(Ret::List(out))
+    }
+
+    fn _perplexity(args) as "Lugh::Inference->perplexity" {
+        if args.len() < 2 {
+            return Err(XsError::Message(
+                "Usage: $inference->perplexity($text | \\@tokens, n_ctx => N, ...)".into(),
+            ));
+        }
+        let s = this(args)?;
+        let perl = args.perl();
+        let given = Given::read(perl, &args.rest(2), &names(PERPLEXITY_OPTIONS).collect::<Vec<_>>())?;
+        let mut opt = ScoreArgs::default();
+        given.apply(perl, PERPLEXITY_OPTIONS, &mut opt)?;
+        let tokens = text_or_tokens(perl, &s, args.get(1), "the text", opt.parse_special)?;
+        // llama-perplexity puts the BOS at the start of every window when
+        // the model adds one.
+        let bos = match s.runner.model().vocab() {
+            Ok(v) if v.add_bos_default() => v.bos_id(),
+            _ => None,
+        };
+        let n_ctx = opt.n_ctx.unwrap_or_else(|| s.runner.n_ctx());
+        let p = s.perplexity(&tokens, n_ctx, opt.n_chunks, bos)?;
+        let after: Vec<Sv> = p.after_chunk.iter().map(|&v| perl.float(v)).collect();
+        Ok(Ret::List(vec![
+            perl.str("perplexity"),
+            perl.float(p.perplexity),
+            perl.str("error"),
+            p.error.map_or_else(|| perl.undef(), |e| perl.float(e)),
+            perl.str("chunks"),
+            perl.array_ref(&after),
+            perl.str("n_chunks"),
+            perl.int(p.n_chunks as i64),
+            perl.str("n_ctx"),
+            perl.int(n_ctx as i64),
+            perl.str("n_scored"),
+            perl.int(p.n_scored as i64),
+            perl.str("n_tokens"),
+            perl.int(tokens.len() as i64),
+            perl.str("nll"),
+            perl.float(p.mean_nll),
         ]))
     }
 
