@@ -175,23 +175,32 @@ for my $name (@TEST_MODELS) {
             };
             my $inf = Lugh::Inference->new(model => $model, n_threads => 2, n_ctx => 1024);
             my $rows = read_jsonl($file);
-            my %by_pooling;
-            push @{ $by_pooling{ $_->{pooling} } }, $_ for @$rows;
-            my $worst = 0;
-            for my $pooling (sort keys %by_pooling) {
-                my @cases = @{ $by_pooling{$pooling} };
+            my ($worst, $worst_single) = (0, 0);
+            my %batched;
+            push @{ $batched{ $_->{pooling} } }, $_ for grep { $_->{batch} } @$rows;
+            for my $pooling (sort keys %batched) {
+                my @cases = @{ $batched{$pooling} };
                 my @got = $inf->embed_batch([ map { $_->{text} } @cases ], pooling => $pooling);
                 for my $i (0 .. $#cases) {
                     my $d = cosine_distance($got[$i], $cases[$i]{embedding});
                     $worst = $d if $d > $worst;
-                    my $single = $inf->embed($cases[$i]{text}, pooling => $pooling);
-                    cmp_ok(cosine_distance($single, $got[$i]), '<', 1e-6, "$pooling '$cases[$i]{text}': single = batched");
                 }
             }
+            # Alone, a text's rows go through other matmul kernels than in a
+            # batch (ggml picks them by row count), in llama.cpp as here: so
+            # embed() is compared with llama-embedding given the text alone.
+            for my $case (grep { !$_->{batch} } @$rows) {
+                my $d = cosine_distance($inf->embed($case->{text}, pooling => $case->{pooling}), $case->{embedding});
+                $worst_single = $d if $d > $worst_single;
+            }
             my $bound = $strict ? 1e-3 : 1e-2;
-            cmp_ok($worst, '<=', $bound, sprintf('embeddings equal llama-embedding: worst cosine distance %.2e over %d (%s)',
-                $worst, scalar @$rows, $strict ? $variant : "other variant: $file"));
-            diag(sprintf '%s embeddings: worst cosine distance to llama.cpp %.2e', $name, $worst);
+            my $where = $strict ? $variant : "other variant: $file";
+            cmp_ok($worst, '<=', $bound, sprintf('embed_batch equals llama-embedding on the same batch: worst cosine '
+                . 'distance %.2e (%s)', $worst, $where));
+            cmp_ok($worst_single, '<=', $bound, sprintf('embed equals llama-embedding on each text alone: worst cosine '
+                . 'distance %.2e (%s)', $worst_single, $where));
+            diag(sprintf '%s embeddings: worst cosine distance to llama.cpp %.2e batched as llama-embedding, %.2e alone',
+                $name, $worst, $worst_single);
             $checked++;
         };
     }
