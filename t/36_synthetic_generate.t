@@ -188,7 +188,7 @@ subtest 'text as it is generated, and the statistics' => sub {
         @pieces = ();
         $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $n_vocab - 1,
             on_text => sub { push @pieces, $_[0]; 0 }, stop => $cut, stats => \%stats);
-        is($stats{stop_reason}, 'stop', 'stop_reason stop');
+        is($stats{stop_reason}, 'stop_string', 'stop_reason stop_string');
         is($stats{text}, substr($tok->decode(\@got), 0, 3),
             'the text ends before the stop string');
         is(join('', @pieces), $stats{text}, 'on_text never sees the stop string');
@@ -200,7 +200,7 @@ subtest 'text as it is generated, and the statistics' => sub {
     is($calls, 2, '... after its second call');
     my $eog = $got[3];
     $inference->generate(\@prompt, greedy => 1, max_tokens => 12, eos_token => $eog, stats => \%stats);
-    is($stats{stop_reason}, 'eog', 'stop_reason eog') if !grep { $_ == $eog } @got[ 0 .. 2 ];
+    is($stats{stop_reason}, 'eos', 'stop_reason eos') if !grep { $_ == $eog } @got[ 0 .. 2 ];
     eval { $inference->generate(\@prompt, max_tokens => 2, stats => []) };
     like($@, qr/generate: stats must be a hash reference/, 'stats must be a hash reference');
     eval { $inference->generate(\@prompt, max_tokens => 2, on_text => 'print') };
@@ -259,8 +259,8 @@ subtest 'log-probabilities' => sub {
     $inference->generate(\@prompt, temperature => 2, seed => 1, max_tokens => 2, eos_token => $n_vocab - 1,
         logprobs => 0, stats => \%stats);
     is(scalar @{ $stats{logprobs}[0]{top} }, 0, 'logprobs => 0: no alternatives');
-    eval { $inference->generate(\@prompt, max_tokens => 2, logprobs => 2) };
-    like($@, qr/logprobs needs stats/, 'logprobs without stats croaks');
+    $inference->generate(\@prompt, max_tokens => 2, logprobs => 2, eos_token => $n_vocab - 1);
+    is(scalar @{ $inference->last_stats->{logprobs} }, 2, 'without stats, the logprobs are in last_stats');
     eval { $inference->generate(\@prompt, max_tokens => 2, logprobs => -1, stats => \%stats) };
     like($@, qr/logprobs must be an integer >= 0/, 'negative logprobs croaks');
 };

@@ -43,7 +43,7 @@ for my $name (@MODELS) {
             if ($turn > 1) {
                 # After a reply that ended at the end-of-turn token, the cache
                 # holds the whole conversation so far: all of it is reused.
-                if ($previous->{stop_reason} eq 'eog') {
+                if ($previous->{stop_reason} eq 'eos') {
                     is($s->{n_reused}, $cached, "turn $turn: all $cached cached tokens reused");
                 }
                 else {
@@ -85,7 +85,7 @@ subtest 'stop strings, max_tokens, a callback that stops or dies' => sub {
     my ($first_word) = $full =~ /(\w+)/;
     plan skip_all => "no word in the reply '$full'" unless defined $first_word;
     my $stopped = $chat->ask('Count from one to ten in words, separated by commas.', stop => [$first_word]);
-    is($chat->finish_reason, 'stop', 'finish_reason stop');
+    is($chat->finish_reason, 'stop_string', 'finish_reason stop_string');
     is($stopped, substr($full, 0, index($full, $first_word)), 'the reply ends before the stop string');
     $chat->reset;
     $chat->ask('Count from one to ten in words, separated by commas.', max_tokens => 3);

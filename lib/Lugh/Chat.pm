@@ -359,7 +359,7 @@ timings), or undef before the first turn.
 
 =head2 finish_reason
 
-    print $chat->finish_reason;     # eog, stop, max_tokens or callback
+    print $chat->finish_reason;     # eos, stop_string, max_tokens or callback
 
 Why the last reply ended.
 

@@ -6,6 +6,7 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
+use Hash::Util::FieldHash qw(fieldhash);
 
 our $VERSION = '0.20';
 
@@ -79,22 +80,32 @@ sub _forward_any {
     return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object});
 }
 
+# The statistics of each object's last generate, kept beside the object (a
+# field hash: freed with it, and right across threads).
+fieldhash my %LAST_STATS;
+
 sub generate {
     my $self = shift;
     my ($ids, $stats, @report) = _generate($self, @_);
-    if ($stats) {
-        my $logprobs = pop @report;
-        %$stats = (n_generated => scalar @$ids);
-        @{$stats}{@STATS} = @report;
-        $stats->{logprobs} = $self->_logprob_entries($logprobs) if defined $logprobs;
-        for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
-            ['tokens_per_second', 'n_generated', 'generate_seconds'])
-        {
-            my ($rate, $count, $seconds) = @$_;
-            $stats->{$rate} = $stats->{$seconds} > 0 ? $stats->{$count} / $stats->{$seconds} : 0;
-        }
+    my $logprobs = pop @report;
+    my %last = (n_generated => scalar @$ids);
+    @last{@STATS} = @report;
+    $last{logprobs} = $self->_logprob_entries($logprobs) if defined $logprobs;
+    for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
+        ['tokens_per_second', 'n_generated', 'generate_seconds'])
+    {
+        my ($rate, $count, $seconds) = @$_;
+        $last{$rate} = $last{$seconds} > 0 ? $last{$count} / $last{$seconds} : 0;
     }
+    $LAST_STATS{$self} = \%last;
+    %$stats = %last if $stats;
     return wantarray ? @$ids : $ids;
+}
+
+sub last_stats {
+    Lugh::_croak('Usage: $inference->last_stats') unless @_ == 1 && ref $_[0];
+    my $last = $LAST_STATS{ $_[0] } or return undef;
+    return { %$last };
 }
 
 # Scores come from the XS subs as name => value pairs.
@@ -389,6 +400,7 @@ C<seed>.
         seed        => 42,
         eos_token   => 2,       # default: the model's end-of-generation tokens
         stop        => ["\n\n", 'THE END'],
+        progress    => sub { my ($done, $total) = @_; return 0 },   # prompt batches
         callback    => sub {
             my ($token, $count) = @_;
             print "token $count: $token\n";
@@ -453,9 +465,11 @@ model and settings (L<Lugh::KVCache/save>, L<Lugh::KVCache/load>).
     print "stopped by $stats{stop_reason} after $stats{n_generated} tokens,",
         " $stats{tokens_per_second} tokens/s\n";
 
-C<stats> takes a hash reference, which is filled with: C<stop_reason>
-(C<eog>: an end-of-generation token; C<stop>: a stop string; C<max_tokens>;
-C<callback>: a callback returned true), C<text> (the generated text, ending
+After every C<generate> (and L</chat>), L</last_stats> returns the same
+statistics; C<stats> takes a hash reference to fill with them as well. They
+are: C<stop_reason> (C<eos>: an end-of-generation token; C<stop_string>: a
+stop string; C<max_tokens>; C<callback>: a callback returned true;
+C<cancelled>: the L</progress> callback returned true), C<text> (the generated text, ending
 before a stop string), C<n_prompt>, C<n_reused> (prompt tokens found in the
 cache), C<n_evaluated>, C<n_generated>, C<prompt_seconds>,
 C<generate_seconds>, C<prompt_tokens_per_second> and C<tokens_per_second>.
@@ -468,13 +482,48 @@ C<generate_seconds>, C<prompt_tokens_per_second> and C<tokens_per_second>.
             join(', ', map { "$_->{text} $_->{logprob}" } @{ $t->{top} });
     }
 
-With C<< logprobs => N >> (and C<stats>, where they are reported),
-C<< $stats{logprobs} >> has one entry per generated token: C<token> (its id),
+With C<< logprobs => N >>, the statistics' C<logprobs> (in
+L</last_stats>, and C<stats> if given) has one entry per generated token: C<token> (its id),
 C<text>, C<logprob> (natural logarithm of its probability) and C<top>, the
 C<N> most likely tokens at that step as C<token>, C<text>, C<logprob>, best
 first (0 for none). The probabilities are the softmax of the logits divided
 by the sampling temperature (1 when greedy), as llama-cpp-python reports
 them, before top-k/top-p filtering.
+
+=head3 Progress, cancelling and signals
+
+    my @ids = $inference->generate(\@long_prompt, progress => sub {
+        my ($done, $total) = @_;
+        printf STDERR "\rprompt %d/%d", $done, $total;
+        return 0;               # true cancels
+    });
+
+C<progress> is called after each batch of the prompt (C<n_batch> tokens, one
+graph evaluation) with the number of prompt tokens evaluated so far and the
+number to evaluate (the prefix found in a C<cache> is not counted). If it
+returns true, generation is cancelled cleanly: no token is generated, the
+returned list is empty, C<stop_reason> is C<cancelled>, and a C<cache> keeps
+the tokens evaluated so far (a later generate on it reuses them). If it
+dies, it is handled as a dying C<callback>.
+
+Perl defers signal handlers (C<%SIG>) to a safe point between its own
+operations, and a native computation has none; C<generate> runs the pending
+handlers after every prompt batch and every token, with or without
+callbacks, so Ctrl-C reaches a C<$SIG{INT}> handler within one token. A
+handler that dies stops generation like a dying callback: the exception
+propagates unchanged, the cache and session stay usable. (Under
+C<PERL_SIGNALS=unsafe> signals wait until the call returns.)
+
+=head2 last_stats
+
+    $inference->generate([504, 3575, 282, 4649, 314], max_tokens => 3);
+    my $s = $inference->last_stats;
+    print "$s->{n_generated}\n";                   # 3
+    print "$s->{stop_reason}\n";                   # max_tokens
+
+The statistics of the last L</generate> or L</chat> on this object (a copy:
+a hash reference, as described under L</Statistics>), or undef before the
+first one.
 
 =head2 chat
 

@@ -117,16 +117,19 @@ pub enum StopReason {
     StopString,
     /// The per-token callback asked to stop.
     Callback,
+    /// The progress callback asked to stop while the prompt was evaluated.
+    Cancelled,
 }
 
 impl StopReason {
     /// The name Perl sees.
     pub fn name(self) -> &'static str {
         match self {
-            StopReason::EndOfGeneration => "eog",
+            StopReason::EndOfGeneration => "eos",
             StopReason::MaxTokens => "max_tokens",
-            StopReason::StopString => "stop",
+            StopReason::StopString => "stop_string",
             StopReason::Callback => "callback",
+            StopReason::Cancelled => "cancelled",
         }
     }
 }
@@ -170,9 +173,12 @@ pub struct Step<'a> {
     pub text: &'a str,
 }
 
-/// Runs the loop. `on_token` is called once per generated token; Ok(true)
-/// stops after that token, and an Err stops at once and is returned as it
-/// is. `on_end` receives the text still held back when generation ends
+/// Runs the loop. `on_progress(done, total)` is called after each batch of
+/// the prompt (counting the tokens evaluated, the reused ones excluded);
+/// Ok(true) cancels: nothing is generated, and the context keeps what was
+/// evaluated. `on_token` is called once per generated token; Ok(true)
+/// stops after that token. An Err from either stops at once and is returned
+/// as it is. `on_end` receives the text still held back when generation ends
 /// (called only when non-empty).
 ///
 /// End-of-generation tokens end the loop and are not returned (nor passed to
@@ -182,6 +188,7 @@ pub fn generate<E: From<Error>>(
     tokens: Option<&dyn TokenText>,
     prompt: &[i32],
     options: &GenerateOptions,
+    mut on_progress: impl FnMut(usize, usize) -> std::result::Result<bool, E>,
     mut on_token: impl FnMut(&Step) -> std::result::Result<bool, E>,
     mut on_end: impl FnMut(&str) -> std::result::Result<(), E>,
 ) -> std::result::Result<Generation, E> {
@@ -214,11 +221,20 @@ pub fn generate<E: From<Error>>(
     let started = Instant::now();
     source.truncate(n_reused)?;
     let mut logits = Vec::new();
-    for chunk in prompt[n_reused..].chunks(source.n_batch().max(1)) {
+    let to_evaluate = &prompt[n_reused..];
+    for chunk in to_evaluate.chunks(source.n_batch().max(1)) {
         source.forward(chunk, &mut logits)?;
+        result.n_evaluated += chunk.len();
+        let called = Instant::now();
+        let cancel = on_progress(result.n_evaluated, to_evaluate.len())?;
+        source.record(Phase::Callback, called.elapsed());
+        if cancel {
+            result.stop_reason = StopReason::Cancelled;
+            result.prompt_seconds = started.elapsed().as_secs_f64();
+            return Ok(result);
+        }
     }
     result.prompt_seconds = started.elapsed().as_secs_f64();
-    result.n_evaluated = prompt.len() - n_reused;
     let started = Instant::now();
     // Room for everything up front: a decode step allocates nothing.
     let most = options.max_tokens.min(source.n_ctx());
@@ -378,7 +394,15 @@ mod tests {
         mut cb: impl FnMut(i32, usize) -> std::result::Result<bool, Error>,
     ) -> (Result<Vec<i32>>, Counter) {
         let mut model = Counter { n_ctx: 64, seen: vec![], calls: vec![] };
-        let out = generate(&mut model, Some(&Letters), prompt, options, |s: &Step| cb(s.id, s.count), |_| Ok(()));
+        let out = generate(
+            &mut model,
+            Some(&Letters),
+            prompt,
+            options,
+            |_, _| Ok(false),
+            |s: &Step| cb(s.id, s.count),
+            |_| Ok(()),
+        );
         (out.map(|g| g.tokens), model)
     }
 
@@ -392,6 +416,7 @@ mod tests {
             Some(&Letters),
             prompt,
             options,
+            |_, _| Ok(false),
             |s: &Step| {
                 texts.push(s.text.to_string());
                 Ok(false)

@@ -323,6 +323,7 @@ impl Inference {
         prompt: &[i32],
         cache: Option<&CacheHandle>,
         options: &GenerateOptions,
+        on_progress: impl FnMut(usize, usize) -> std::result::Result<bool, E>,
         on_token: impl FnMut(&Step) -> std::result::Result<bool, E>,
         on_end: impl FnMut(&str) -> std::result::Result<(), E>,
     ) -> std::result::Result<Generation, E> {
@@ -344,7 +345,7 @@ impl Inference {
         let mut pool = self.runner.take_default_pool()?;
         let mut source = CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool) };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
-        let result = generate::generate(&mut source, text, prompt, options, on_token, on_end);
+        let result = generate::generate(&mut source, text, prompt, options, on_progress, on_token, on_end);
         if let Ok(g) = &result {
             crate::debug_log!(
                 "generated {} tokens ({}): prompt {} tokens ({} reused) in {:.1} ms, generation {:.1} ms",

@@ -30,6 +30,18 @@ pub fn call_callback_truth(perl: Perl, cb: Sv, args: &[Sv]) -> Result<bool, Sv> 
 }
 
 impl Perl {
+    /// Runs the `%SIG` handlers of signals that arrived while native code ran
+    /// (perl defers them to a safe point, and a long native call has none),
+    /// so that Ctrl-C reaches a handler within a token. Err(the exception)
+    /// when a handler dies. Costs one load when nothing is pending.
+    pub fn despatch_signals(self) -> Result<(), Sv> {
+        // SAFETY: reads one interpreter variable on the interpreter's thread.
+        if unsafe { ffi::lugh_signal_pending(self.0) } == 0 {
+            return Ok(());
+        }
+        call_callback(self, self.str("Lugh::_despatch_signals"), &[]).map(|_| ())
+    }
+
     /// Perl's `warn`, with the caller's file and line (through Lugh::_warn),
     /// under G_EVAL: Err(the exception) when a __WARN__ handler dies.
     pub fn warn(self, message: &str) -> Result<(), Sv> {

@@ -75,6 +75,7 @@ extern "C" {
     pub fn lugh_croak_msg(p: Interp, msg: Sv) -> !;
     pub fn lugh_croak_sv(p: Interp, err: Sv) -> !;
 
+    pub fn lugh_signal_pending(p: Interp) -> c_int;
     pub fn lugh_call_sv(p: Interp, cb: Sv, args: *const Sv, n: c_int, err: *mut Sv) -> Sv;
     pub fn lugh_sv_refcnt_dec(p: Interp, sv: Sv);
     pub fn lugh_sv_mortal(p: Interp, sv: Sv) -> Sv;

@@ -93,9 +93,28 @@ I32 lugh_boot_start(void *my_perl_v, CV *cv) {
     return ax;
 }
 
+/* Runs the %SIG handlers of the signals perl has deferred (safe signals: a
+ * handler runs between ops, and none run while native code computes). A C
+ * XSUB, so that when it is called through lugh_call_sv a handler's die
+ * unwinds to that G_EVAL over C frames only. */
+static void lugh_despatch_xsub(pTHX_ CV *cv) {
+    dXSARGS;
+    PERL_UNUSED_VAR(cv);
+    PERL_UNUSED_VAR(items);
+    PERL_ASYNC_CHECK();
+    XSRETURN_EMPTY;
+}
+
+/* Whether a signal waits for its handler: one load, cheap enough per token. */
+int lugh_signal_pending(void *my_perl_v) {
+    LUGH_CTX;
+    return PL_sig_pending ? 1 : 0;
+}
+
 void lugh_boot_end(void *my_perl_v, I32 ax) {
     LUGH_CTX;
     (void)Perl_newXS_deffile(aTHX_ "Lugh::_read_guard", lugh_guard_xsub);
+    (void)Perl_newXS_deffile(aTHX_ "Lugh::_despatch_signals", lugh_despatch_xsub);
     Perl_xs_boot_epilog(aTHX_ ax);
 }
 

@@ -127,6 +127,7 @@ struct GenerateArgs {
     stats: Option<Sv>,
     callback: Option<Sv>,
     on_text: Option<Sv>,
+    progress: Option<Sv>,
     options: GenerateOptions,
 }
 
@@ -157,6 +158,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     }),
     Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
     Opt::new("on_text", |perl, sv, a| set(&mut a.on_text, perl.code_arg(sv, "on_text"))),
+    Opt::new("progress", |perl, sv, a| set(&mut a.progress, perl.code_arg(sv, "progress"))),
     Opt::new("cache", |perl, sv, a| set(&mut a.cache, cache_arg(perl, sv))),
     Opt::new("stats", |perl, sv, a| {
         if perl.ref_kind(sv) != b'H' {
@@ -467,6 +469,7 @@ xs_subs! { "Lugh::Inference";
             stats: None,
             callback: None,
             on_text: None,
+            progress: None,
             options: GenerateOptions::default(),
         };
         let valid = valid_names(&[names(GENERATE_OPTIONS).collect(), names(SAMPLING_OPTIONS).collect()]);
@@ -480,14 +483,20 @@ xs_subs! { "Lugh::Inference";
             call.prompt = Some(perl.token_array_arg(args.get(1), "prompt", n_vocab)?);
         }
         let prompt = call.prompt.ok_or_else(|| Error::Argument("missing prompt (an array of token ids)".into()))?;
-        if call.options.logprobs.is_some() && call.stats.is_none() {
-            return Err(Error::Argument("logprobs needs stats => \\%stats to report them in".into()).into());
-        }
-        // The text is made only when it is read (stats, on_text, stop strings).
-        call.options.need_text = call.on_text.is_some() || call.stats.is_some();
-        let (callback, on_text) = (call.callback, call.on_text);
+        // The text is reported in the statistics (last_stats, stats).
+        call.options.need_text = true;
+        let (callback, on_text, progress) = (call.callback, call.on_text, call.progress);
         let truth = |cb: Sv, args: &[Sv]| call_callback_truth(perl, cb, args).map_err(XsError::Perl);
+        // Pending %SIG handlers run after every prompt batch and token.
+        let on_progress = |done: usize, total: usize| -> Result<bool, XsError> {
+            perl.despatch_signals().map_err(XsError::Perl)?;
+            match progress {
+                Some(cb) => truth(cb, &[perl.int(done as i64), perl.int(total as i64)]),
+                None => Ok(false),
+            }
+        };
         let on_token = |step: &Step| -> Result<bool, XsError> {
+            perl.despatch_signals().map_err(XsError::Perl)?;
             let mut stop = false;
             if let Some(cb) = callback {
                 stop |= truth(cb, &[perl.int(step.id as i64), perl.int(step.count as i64)])?;
@@ -503,7 +512,7 @@ xs_subs! { "Lugh::Inference";
             }
             Ok(())
         };
-        let g = s.generate(&prompt, call.cache.as_deref(), &call.options, on_token, on_end)?;
+        let g = s.generate(&prompt, call.cache.as_deref(), &call.options, on_progress, on_token, on_end)?;
         let ids: Vec<i64> = g.tokens.iter().map(|&id| id as i64).collect();
         let logprobs = match call.options.logprobs {
             Some(_) => perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()),
