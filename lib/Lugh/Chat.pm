@@ -355,7 +355,11 @@ Forgets every turn, keeps the system message.
 
 The last turn's statistics, as L<Lugh::Inference/generate> reports them
 (C<stop_reason>, C<n_prompt>, C<n_reused>, C<n_evaluated>, C<n_generated>,
-timings), or undef before the first turn.
+timings), or undef before the first turn. A turn asked with
+C<< logprobs => N >> has each reply token's log-probability and its C<N>
+best alternatives in C<< $chat->stats->{logprobs} >> (see
+L<Lugh::Inference/Log-probabilities>); C<< progress => sub {...} >> is
+passed to generate as well.
 
 =head2 finish_reason
 
