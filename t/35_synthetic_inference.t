@@ -275,7 +275,7 @@ subtest 'profile' => sub {
     is($p->{steps}, 1 + 3, 'one step per forward and per generated token but the last, plus the prompt');
     is($p->{compute}{count}, $p->{steps}, 'compute once a step');
     is($p->{sample}{count}, 3, 'sample once a token');
-    is($p->{callback}{count}, 3, 'callback once a token');
+    is($p->{callback}{count}, 3 + 1, 'callbacks once a token and once a prompt batch');
     cmp_ok($p->{compute}{seconds}, '>', 0, 'compute takes time');
     is($session->profile->{steps}, 0, 'reset zeroes the counts');
     eval { $session->profile(rest => 1) };

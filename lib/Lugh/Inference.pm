@@ -518,8 +518,8 @@ C<PERL_SIGNALS=unsafe> signals wait until the call returns.)
 
     $inference->generate([504, 3575, 282, 4649, 314], max_tokens => 3);
     my $s = $inference->last_stats;
-    print "$s->{n_generated}\n";                   # 3
     print "$s->{stop_reason}\n";                   # max_tokens
+    printf "%d tokens at %.1f tokens/s\n", $s->{n_generated}, $s->{tokens_per_second};
 
 The statistics of the last L</generate> or L</chat> on this object (a copy:
 a hash reference, as described under L</Statistics>), or undef before the
