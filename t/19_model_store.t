@@ -131,8 +131,8 @@ subtest 'the catalogue file is checked' => sub {
         write_catalogue($file, $data);
         croaks_like(sub { Lugh::ModelStore::catalogue() }, qr/\ALugh::ModelStore::catalogue: .*$re/, "$re");
     }
-    write_catalogue($file, qq({ "models": { "x": { "url": "https://example.com/x.gguf", "sha256": "@{['a' x 64]}", }, }, }));
-    ok(Lugh::ModelStore::catalogue()->{x}, 'trailing commas are accepted');
+    write_catalogue($file, qq({ "models": {\n# a comment\n "x": { "url": "https://example.com/x.gguf", "sha256": "@{['a' x 64]}", }, }, }));
+    ok(Lugh::ModelStore::catalogue()->{x}, 'trailing commas and # comments are accepted');
     $ENV{LUGH_CATALOGUE} = "$dir/missing.json";
     croaks_like(sub { Lugh::ModelStore::list() }, qr/LUGH_CATALOGUE names \Q$dir\E\/missing\.json, which does not exist/,
         'LUGH_CATALOGUE must exist');

