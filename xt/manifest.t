@@ -11,7 +11,8 @@ use File::Spec;
 #   (`make manifest-from-git` rewrites it so; review the diff);
 # - with Test::DistManifest, nothing on disk is neither in MANIFEST nor skipped;
 # - no third-party source: of C/C++ only Lugh's own shim and bench tools, and
-#   of vendor/ only the ggml pin's manifest, lock file and stub.
+#   of vendor/ only the ggml pin's manifest, lock file and stub, and our list
+#   of the ggml struct layouts build.rs asserts.
 # Run: prove xt/manifest.t
 
 plan skip_all => 'no MANIFEST (run from the top of the distribution)' unless -f 'MANIFEST';
@@ -42,7 +43,7 @@ SKIP: {
 my %own_c = map { $_ => 1 } qw(xs-rs/glue/shim.c);
 my @foreign_c = grep { /\.(?:c|cc|cpp|cxx|h|hpp|cu|m|metal|cmake)\z|CMakeLists\.txt\z/i && !$own_c{$_} && !m{^bench/[^/]+\.cpp\z} } @listed;
 ok(!@foreign_c, 'no third-party C/C++ source in MANIFEST') or diag "C/C++: @foreign_c";
-my %pin = map { $_ => 1 } qw(vendor/ggml/Cargo.toml vendor/ggml/Cargo.lock vendor/ggml/pin.rs);
+my %pin = map { $_ => 1 } qw(vendor/ggml/Cargo.toml vendor/ggml/Cargo.lock vendor/ggml/pin.rs vendor/ggml/layout.txt);
 my @vendor = grep { m{^vendor/} && !$pin{$_} } @listed;
 ok(!@vendor, 'vendor/ holds only the ggml pin') or diag "vendor: @vendor";
 my @ggml = grep { m{(?:^|/)(?:ggml|llama\.cpp|llama-cpp-sys-2[^/]*)/} && !$pin{$_} } @listed;
