@@ -6,7 +6,7 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
-use Hash::Util::FieldHash qw(fieldhash);
+use Hash::Util::FieldHash ();
 
 our $VERSION = '0.20';
 
@@ -82,7 +82,7 @@ sub _forward_any {
 
 # The statistics of each object's last generate, kept beside the object (a
 # field hash: freed with it, and right across threads).
-fieldhash my %LAST_STATS;
+Hash::Util::FieldHash::fieldhash(my %LAST_STATS);
 
 sub generate {
     my $self = shift;
