@@ -6,7 +6,7 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
-use Hash::Util::FieldHash ();
+use Scalar::Util ();
 
 our $VERSION = '0.20';
 
@@ -80,9 +80,14 @@ sub _forward_any {
     return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object});
 }
 
-# The statistics of each object's last generate, kept beside the object (a
-# field hash: freed with it, and right across threads).
-Hash::Util::FieldHash::fieldhash(my %LAST_STATS);
+# The statistics of each object's last generate, by the object's address:
+# dropped with the object, and emptied in a new thread (whose objects are
+# others: the objects are not cloned). Not a field hash: its re-keying at a
+# thread's start crashes on objects that CLONE_SKIP leaves behind.
+my %LAST_STATS;
+
+sub DESTROY { delete $LAST_STATS{ Scalar::Util::refaddr($_[0]) } }
+sub CLONE   { %LAST_STATS = () }
 
 sub generate {
     my $self = shift;
@@ -97,14 +102,14 @@ sub generate {
         my ($rate, $count, $seconds) = @$_;
         $last{$rate} = $last{$seconds} > 0 ? $last{$count} / $last{$seconds} : 0;
     }
-    $LAST_STATS{$self} = \%last;
+    $LAST_STATS{ Scalar::Util::refaddr($self) } = \%last;
     %$stats = %last if $stats;
     return wantarray ? @$ids : $ids;
 }
 
 sub last_stats {
     Lugh::_croak('Usage: $inference->last_stats') unless @_ == 1 && ref $_[0];
-    my $last = $LAST_STATS{ $_[0] } or return undef;
+    my $last = $LAST_STATS{ Scalar::Util::refaddr($_[0]) } or return undef;
     return { %$last };
 }
 
