@@ -474,7 +474,7 @@ After every C<generate> (and L</chat>), L</last_stats> returns the same
 statistics; C<stats> takes a hash reference to fill with them as well. They
 are: C<stop_reason> (C<eos>: an end-of-generation token; C<stop_string>: a
 stop string; C<max_tokens>; C<callback>: a callback returned true;
-C<cancelled>: the L</progress> callback returned true), C<text> (the generated text, ending
+C<cancelled>: the C<progress> callback (L</"Progress, cancelling and signals">) returned true), C<text> (the generated text, ending
 before a stop string), C<n_prompt>, C<n_reused> (prompt tokens found in the
 cache), C<n_evaluated>, C<n_generated>, C<prompt_seconds>,
 C<generate_seconds>, C<prompt_tokens_per_second> and C<tokens_per_second>.
