@@ -69,6 +69,7 @@ require Lugh::KVCache;
 require Lugh::MemoryPool;
 require Lugh::Logits;
 require Lugh::Prompt;
+require Lugh::RoPE;
 require Lugh::Chat;
 require Lugh::ModelStore;
 

@@ -18,17 +18,17 @@ my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds gen
 # The forward family: for each spelling, the leading positional arguments it
 # takes, the named options it accepts, and what it needs.
 my %FORWARD = (
-    forward            => { positional => ['tokens'], keys => [qw(tokens cache pool sequences caches as_object)] },
-    forward_simple     => { positional => ['tokens'], keys => ['tokens'] },
-    forward_all        => { positional => ['tokens'], keys => [qw(tokens cache pool as_object)], all => 1 },
-    forward_cache      => { positional => [qw(cache tokens)], keys => [qw(cache tokens pool as_object)],
+    forward            => { positional => ['tokens'], keys => [qw(tokens cache pool sequences caches as_object rope lora)] },
+    forward_simple     => { positional => ['tokens'], keys => [qw(tokens rope lora)] },
+    forward_all        => { positional => ['tokens'], keys => [qw(tokens cache pool as_object rope lora)], all => 1 },
+    forward_cache      => { positional => [qw(cache tokens)], keys => [qw(cache tokens pool as_object rope lora)],
         needs => 'cache' },
-    forward_pool       => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object)], needs => 'pool' },
-    forward_with_pool  => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object)], needs => 'pool' },
-    forward_cache_pool => { positional => [qw(cache pool tokens)], keys => [qw(cache pool tokens as_object)],
+    forward_pool       => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object rope lora)], needs => 'pool' },
+    forward_with_pool  => { positional => [qw(pool tokens)], keys => [qw(pool tokens cache as_object rope lora)], needs => 'pool' },
+    forward_cache_pool => { positional => [qw(cache pool tokens)], keys => [qw(cache pool tokens as_object rope lora)],
         needs => 'cache pool' },
-    forward_batch      => { positional => ['sequences'], keys => [qw(sequences caches pool as_object)], batch => 1 },
-    forward_batch_pool => { positional => [qw(pool sequences)], keys => [qw(pool sequences caches as_object)],
+    forward_batch      => { positional => ['sequences'], keys => [qw(sequences caches pool as_object rope lora)], batch => 1 },
+    forward_batch_pool => { positional => [qw(pool sequences)], keys => [qw(pool sequences caches as_object rope lora)],
         batch => 1, needs => 'pool' },
 );
 
@@ -72,12 +72,13 @@ sub _forward_any {
         Lugh::_croak("$method: give tokens or sequences, not both") if exists $opt{tokens};
         Lugh::_croak("$method: cache is for one sequence; give caches => [...] with sequences") if exists $opt{cache};
         Lugh::_croak("$method: missing sequences (an array of token arrays)") unless defined $opt{sequences};
-        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool}, $opt{as_object});
+        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool}, $opt{as_object}, $opt{rope}, $opt{lora});
     }
     Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
         if exists $opt{caches};
     Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
-    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object});
+    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object}, $opt{rope},
+        $opt{lora});
 }
 
 # The statistics of each object's last generate, by the object's address:

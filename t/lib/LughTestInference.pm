@@ -79,7 +79,8 @@ our $CROSS_VARIANT_BOUND = 1.5;
 # $LUGH_PARITY_VARIANT=NAME compares against that variant's set (strictly
 # only if it is this build's). Options: set, tolerance, greedy (tokens of the
 # greedy continuations), each (a sub run with ($name, $fa, $case, $label)
-# before each case, for extra checks). Returns the number of cases checked.
+# before each case, for extra checks), inference_options (more options of
+# Lugh::Inference->new). Returns the number of cases checked.
 sub run_parity_set {
     my (%o) = @_;
     require Lugh;
@@ -104,7 +105,7 @@ sub run_parity_set {
         my $tokenizer = Lugh::Tokenizer->new(model => $model);
         for my $fa (qw(on off)) {
             my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
-                flash_attn => $fa eq 'on' ? 1 : 0);
+                flash_attn => $fa eq 'on' ? 1 : 0, %{ $o{inference_options} // {} });
             for my $variant (@against) {
                 my @cases = reference_cases($o{set}, $name, $fa, $variant)
                     or die "no $o{set} reference for $name fa-$fa in $variant\n";

@@ -5,6 +5,7 @@
 use super::ggml_ops::{GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM};
 use super::gguf::Array;
 use super::model::Model;
+use super::rope::ScalingType;
 use super::{Error, Result};
 use std::ffi::c_int;
 use std::path::Path;
@@ -375,20 +376,22 @@ pub struct HParams {
     pub n_rot: usize,
     pub norm_eps: f32,
     pub rope_freq_base: f32,
+    /// The scaling the model was trained with (`rope.scaling.type`, default
+    /// linear) and its frequency scale (1 / `rope.scaling.factor`).
+    pub rope_scaling: ScalingType,
     pub rope_freq_scale: f32,
     /// RoPE's magnitude factor (`rope.scaling.attn_factor`, default 1).
     pub rope_attn_factor: f32,
     /// The context the RoPE factors were trained for
     /// (`rope.scaling.original_context_length`, default n_ctx_train).
     pub n_ctx_orig_yarn: usize,
-    /// The rope scaling type is LongRoPE (long/short factor tensors).
-    pub longrope: bool,
     /// Sliding window size (0 = none) and which layers use it.
     pub n_swa: u32,
     pub swa_layers: Vec<bool>,
+    /// The sliding-window layers' base and scale (their own; a session's
+    /// RoPE settings do not change them, as in llama.cpp).
     pub rope_freq_base_swa: f32,
     pub rope_freq_scale_swa: f32,
-    pub rope_attn_factor_swa: f32,
     /// Scale applied to Q (scale_q architectures) or inside the softmax.
     pub attention_scale: f32,
     /// Final logit softcapping (0 = none).
@@ -464,22 +467,17 @@ impl HParams {
         let norm_eps = float(eps_key).ok_or_else(|| missing(eps_key))? as f32;
         let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
         // llama.cpp's default type is linear: a scaling factor without a type
-        // scales. YaRN-family types are refused rather than ignored.
+        // scales.
         let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("linear");
+        let rope_scaling = ScalingType::from_name(scaling).ok_or_else(|| Error::Invalid {
+            path: model.path().clone(),
+            what: format!(
+                "rope scaling type '{scaling}' is not known (architecture {arch}; known: {})",
+                ScalingType::NAMES.join(", ")
+            ),
+        })?;
         let factor = float("rope.scaling.factor").or_else(|| float("rope.scale_linear")).filter(|&f| f != 0.0);
-        let rope_freq_scale = match scaling {
-            "none" => 1.0,
-            "linear" | "longrope" => factor.map_or(1.0, |f| (1.0 / f) as f32),
-            other => {
-                return Err(Error::Invalid {
-                    path: model.path().clone(),
-                    what: format!(
-                        "rope scaling type '{other}' is not supported (architecture {arch}; supported: none, linear, longrope)"
-                    ),
-                })
-            }
-        };
-        let longrope = scaling == "longrope";
+        let rope_freq_scale = factor.map_or(1.0, |f| (1.0 / f) as f32);
         let rope_attn_factor = float("rope.scaling.attn_factor").unwrap_or(1.0) as f32;
         let n_ctx_orig_yarn = int("rope.scaling.original_context_length")
             .filter(|&n| n > 0)
@@ -493,10 +491,11 @@ impl HParams {
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);
         let swa_base = |default: f32| float("rope.freq_base_swa").map_or(default, |v| v as f32);
-        let (rope_freq_base_swa, rope_freq_scale_swa, rope_attn_factor_swa) = match spec.swa_rope {
-            SwaRope::Base(base) => (swa_base(base), 1.0, rope_attn_factor),
-            SwaRope::Global => (swa_base(rope_freq_base), rope_freq_scale, rope_attn_factor),
-            SwaRope::GlobalBaseUnscaled => (swa_base(rope_freq_base), 1.0, 1.0),
+        let (rope_freq_base_swa, rope_freq_scale_swa) = match spec.swa_rope {
+            SwaRope::Base(base) => (swa_base(base), 1.0),
+            SwaRope::Global => (swa_base(rope_freq_base), rope_freq_scale),
+            // llama.cpp's OLMo 3 graph: the session's base, unscaled
+            SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
         };
         // llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
         // 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
@@ -560,15 +559,14 @@ impl HParams {
             n_rot,
             norm_eps,
             rope_freq_base,
+            rope_scaling,
             rope_freq_scale,
             rope_attn_factor,
             n_ctx_orig_yarn,
-            longrope,
             n_swa,
             swa_layers,
             rope_freq_base_swa,
             rope_freq_scale_swa,
-            rope_attn_factor_swa,
             attention_scale,
             final_logit_softcap,
             attn_softcap,

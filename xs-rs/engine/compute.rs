@@ -78,6 +78,8 @@ pub(crate) struct StepScratch {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GraphKey {
     pub head: Head,
+    /// The call's settings (RoPE, adapters), hashed.
+    pub variant: u64,
     pub segments: Vec<(u64, usize, usize, bool)>,
 }
 

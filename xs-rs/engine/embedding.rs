@@ -1,6 +1,7 @@
 //! Embeddings: the final hidden state of a text (after the output norm,
 //! before the output projection), pooled and normalised as llama.cpp's
 //! embedding mode and `llama-embedding` do.
+use super::inference::Overrides;
 use super::session::Inference;
 use super::{Error, Result};
 
@@ -77,12 +78,18 @@ impl Inference {
     /// The embedding of each sequence: pooled (n_embd values), or with
     /// Pooling::None every token's (n_tokens × n_embd, flat); each vector
     /// normalised to unit length when asked.
-    pub fn embed(&self, sequences: &[Vec<i32>], pooling: Pooling, unit_length: bool) -> Result<Vec<Vec<f32>>> {
+    pub fn embed(
+        &self,
+        sequences: &[Vec<i32>],
+        pooling: Pooling,
+        unit_length: bool,
+        ov: &Overrides,
+    ) -> Result<Vec<Vec<f32>>> {
         if sequences.is_empty() {
             return Err(Error::Argument("no texts given (the list is empty)".into()));
         }
         let width = self.runner.hparams().n_embd;
-        let hidden = self.runner.hidden_states(sequences, None)?;
+        let hidden = self.runner.hidden_states(sequences, None, ov)?;
         let mut out: Vec<Vec<f32>> = hidden.iter().map(|rows| pool(rows, width, pooling)).collect();
         if unit_length {
             for v in out.iter_mut() {

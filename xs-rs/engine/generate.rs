@@ -9,7 +9,7 @@
 //! The loop only needs "logits for the next tokens" and "the text and kind of
 //! a token", so it is written against two small traits; [`CachedRunner`] and
 //! [`Vocab`] are the real implementations, and the tests use fakes.
-use super::inference::{ComputePool, KvCache, Runner};
+use super::inference::{ComputePool, KvCache, Overrides, Runner};
 use super::logits::{log_softmax_into, top_k};
 use super::profile::Phase;
 use super::sampler::{Sampler, SamplerOptions};
@@ -56,6 +56,7 @@ pub struct CachedRunner<'a> {
     pub runner: &'a Runner,
     pub cache: &'a mut KvCache,
     pub pool: Option<&'a mut ComputePool>,
+    pub overrides: &'a Overrides,
 }
 
 impl LogitsSource for CachedRunner<'_> {
@@ -72,7 +73,7 @@ impl LogitsSource for CachedRunner<'_> {
         self.cache.resize(n)
     }
     fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()> {
-        self.runner.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), logits)
+        self.runner.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), self.overrides, logits)
     }
     fn record(&self, phase: Phase, elapsed: Duration) {
         self.runner.record(phase, elapsed);
@@ -93,6 +94,8 @@ pub struct GenerateOptions {
     /// Report each generated token's log-probability and this many best
     /// alternatives.
     pub logprobs: Option<usize>,
+    /// RoPE settings and adapters for this generation.
+    pub overrides: Overrides,
 }
 
 impl Default for GenerateOptions {
@@ -104,6 +107,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             need_text: false,
             logprobs: None,
+            overrides: Overrides::NONE,
         }
     }
 }

@@ -8,11 +8,12 @@
 //! KV cache. Everything but attention runs over all tokens at once; each
 //! segment attends over its own cache with its own mask.
 use super::arch::{Activation, ArchSpec, HParams};
-use super::arch::{Experts, Norm, QkNorm};
+use super::arch::{Experts, Norm, QkNorm, SwaRope};
 use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor};
 use super::graph_inputs::{GraphInputs, SegmentInputs};
 use super::kv_cache::KvCache;
+use super::rope::RopeSettings;
 use super::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
 
@@ -54,6 +55,8 @@ pub struct Blueprint<'a> {
     pub flash_attn: bool,
     /// The RoPE frequency factors this session uses (see ModelWeights::rope_factors_for).
     pub rope_factors: Option<Tensor>,
+    /// The RoPE settings of the non-sliding-window layers.
+    pub rope: &'a RopeSettings,
     pub head: Head,
 }
 
@@ -222,17 +225,24 @@ impl Builder<'_, '_> {
         let Some(mode) = self.bp.spec.rope.ggml_mode() else {
             return x;
         };
-        let swa = hp.is_swa(il);
+        let r = self.bp.rope;
+        // sliding-window layers keep their own base and scale (llama.cpp's
+        // get_rope_freq_base/scale); OLMo 3's are plain RoPE
+        let (freq_base, freq_scale, ext_factor, attn_factor) = match (hp.is_swa(il), self.bp.spec.swa_rope) {
+            (false, _) => (r.freq_base, r.freq_scale, r.ext_factor, r.attn_factor),
+            (true, SwaRope::GlobalBaseUnscaled) => (r.freq_base, 1.0, 0.0, 1.0),
+            (true, _) => (hp.rope_freq_base_swa, hp.rope_freq_scale_swa, r.ext_factor, r.attn_factor),
+        };
         let p = RopeParams {
             n_dims: hp.n_rot as i32,
             mode,
-            n_ctx_orig: hp.n_ctx_orig_yarn.min(i32::MAX as usize) as i32,
-            freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
-            freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
-            ext_factor: 0.0,
-            attn_factor: if swa { hp.rope_attn_factor_swa } else { hp.rope_attn_factor },
-            beta_fast: 32.0,
-            beta_slow: 1.0,
+            n_ctx_orig: r.n_ctx_orig.min(i32::MAX as usize) as i32,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast: r.beta_fast,
+            beta_slow: r.beta_slow,
         };
         self.g.rope_ext(x, pos, self.bp.rope_factors, &p)
     }

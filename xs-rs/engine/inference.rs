@@ -13,7 +13,9 @@ use super::graph::{Blueprint, Head, Segment};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
+use super::rope::{RopeRequest, RopeSettings};
 use super::weights::ModelWeights;
+use super::xxhash::Xxh64;
 use super::{Error, Result};
 use std::sync::{Arc, Mutex};
 
@@ -56,6 +58,29 @@ pub struct InferenceOptions {
     pub flash_attn: Option<FlashAttn>,
     /// Default: 512 (prompt tokens per graph evaluation).
     pub n_batch: Option<usize>,
+    /// RoPE scaling over the model's own (None: the model's).
+    pub rope: Option<RopeRequest>,
+}
+
+/// What one call changes of its session's settings: the RoPE settings.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub rope: Option<RopeRequest>,
+}
+
+/// A call's resolved settings, and their fingerprint for the graph cache.
+struct Variant {
+    rope: RopeSettings,
+    key: u64,
+}
+
+impl Overrides {
+    /// The session's settings unchanged.
+    pub const NONE: Overrides = Overrides { rope: None };
+
+    pub fn check(&self) -> Result<()> {
+        self.rope.as_ref().map_or(Ok(()), RopeRequest::check)
+    }
 }
 
 /// A model's forward pass on one backend. Shareable between threads of Rust
@@ -77,6 +102,8 @@ pub struct Runner {
     n_ctx: usize,
     n_batch: usize,
     flash_attn: bool,
+    /// The session's RoPE settings (the model's, with the session's request).
+    rope: RopeSettings,
     /// Things the caller should hear about the settings (not errors).
     warnings: Vec<String>,
     model: Arc<Model>,
@@ -162,14 +189,18 @@ impl Runner {
                 spec.name
             )));
         }
+        let rope_request = options.rope.unwrap_or_default();
+        rope_request.check()?;
+        let rope = RopeSettings::resolve(&hp, &rope_request);
         let mut warnings = Vec::new();
-        if n_ctx > hp.n_ctx_train {
+        let n_ctx_reach = rope.effective_ctx(&hp);
+        if n_ctx > n_ctx_reach {
             // llama.cpp warns too: positions beyond the trained ones work,
             // but the model has not learned them.
             warnings.push(format!(
-                "n_ctx {n_ctx} is more than the {} positions '{}' was trained on: output may degrade beyond them",
-                hp.n_ctx_train,
-                model.path().display()
+                "n_ctx {n_ctx} is more than the {n_ctx_reach} positions '{}' was trained on{}: output may degrade beyond them (RoPE scaling reaches further)",
+                model.path().display(),
+                if n_ctx_reach > hp.n_ctx_train { " with this RoPE scaling" } else { "" }
             ));
         }
         let n_batch = match options.n_batch {
@@ -202,6 +233,7 @@ impl Runner {
             n_ctx,
             n_batch,
             flash_attn,
+            rope,
             warnings,
             model,
         })
@@ -319,14 +351,15 @@ impl Runner {
         tokens: &[i32],
         output: Output,
         pool: Option<&mut ComputePool>,
+        ov: &Overrides,
     ) -> Result<Vec<Vec<f32>>> {
         if output == Output::Last {
             let mut last = Vec::new();
-            self.forward_last_into(cache, tokens, pool, &mut last)?;
+            self.forward_last_into(cache, tokens, pool, ov, &mut last)?;
             return Ok(vec![last]);
         }
         let mut rows = Vec::with_capacity(tokens.len());
-        self.forward_rows(cache, tokens, Head::Logits, pool, |row| {
+        self.forward_rows(cache, tokens, Head::Logits, pool, ov, |row| {
             rows.push(row.to_vec());
             Ok(())
         })?;
@@ -343,15 +376,17 @@ impl Runner {
         tokens: &[i32],
         head: Head,
         pool: Option<&mut ComputePool>,
+        ov: &Overrides,
         mut each: impl FnMut(&[f32]) -> Result<()>,
     ) -> Result<()> {
         self.check_tokens(tokens, "the token list")?;
         self.check_cache(cache, tokens.len())?;
         let width = self.output_width(head);
+        let variant = self.variant(ov)?;
         self.with_pool(pool, |pool| {
             let mut flat = Vec::new();
             for chunk in tokens.chunks(self.n_batch) {
-                self.run_step(&mut [(&mut *cache, chunk)], true, head, pool, &mut flat)?;
+                self.run_step(&mut [(&mut *cache, chunk)], true, head, &variant, pool, &mut flat)?;
                 flat.chunks_exact(width).try_for_each(&mut each)?;
             }
             Ok(())
@@ -371,7 +406,13 @@ impl Runner {
     /// embedding mode computes them. Short sequences share a graph (as many
     /// as fit in n_batch tokens); each gets a cache just large enough for
     /// it, which is attended over the same padded cell count as llama.cpp's.
-    pub fn hidden_states(&self, sequences: &[Vec<i32>], pool: Option<&mut ComputePool>) -> Result<Vec<Vec<f32>>> {
+    pub fn hidden_states(
+        &self,
+        sequences: &[Vec<i32>],
+        pool: Option<&mut ComputePool>,
+        ov: &Overrides,
+    ) -> Result<Vec<Vec<f32>>> {
+        let variant = self.variant(ov)?;
         for (i, seq) in sequences.iter().enumerate() {
             self.check_tokens(seq, &format!("sequence {i}"))?;
             if seq.len() > self.n_ctx {
@@ -399,13 +440,13 @@ impl Runner {
                     .collect::<Result<Vec<_>>>()?;
                 if let [seq] = group {
                     for chunk in seq.chunks(self.n_batch) {
-                        self.run_step(&mut [(&mut caches[0], chunk)], true, Head::Hidden, pool, &mut flat)?;
+                        self.run_step(&mut [(&mut caches[0], chunk)], true, Head::Hidden, &variant, pool, &mut flat)?;
                         result[first].extend_from_slice(&flat);
                     }
                 } else {
                     let mut segs: Vec<(&mut KvCache, &[i32])> =
                         caches.iter_mut().zip(group).map(|(c, s)| (c, s.as_slice())).collect();
-                    self.run_step(&mut segs, true, Head::Hidden, pool, &mut flat)?;
+                    self.run_step(&mut segs, true, Head::Hidden, &variant, pool, &mut flat)?;
                     let mut rows = flat.as_slice();
                     for (i, seq) in group.iter().enumerate() {
                         let (mine, rest) = rows.split_at(seq.len() * width);
@@ -426,13 +467,15 @@ impl Runner {
         cache: &mut KvCache,
         tokens: &[i32],
         pool: Option<&mut ComputePool>,
+        ov: &Overrides,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         self.check_tokens(tokens, "the token list")?;
         self.check_cache(cache, tokens.len())?;
+        let variant = self.variant(ov)?;
         self.with_pool(pool, |pool| {
             for chunk in tokens.chunks(self.n_batch) {
-                self.run_step(&mut [(&mut *cache, chunk)], false, Head::Logits, pool, out)?;
+                self.run_step(&mut [(&mut *cache, chunk)], false, Head::Logits, &variant, pool, out)?;
             }
             Ok(())
         })
@@ -463,7 +506,9 @@ impl Runner {
         caches: &mut [KvCache],
         sequences: &[Vec<i32>],
         pool: Option<&mut ComputePool>,
+        ov: &Overrides,
     ) -> Result<Vec<Vec<f32>>> {
+        let variant = self.variant(ov)?;
         if sequences.is_empty() {
             return Err(Error::Argument("no sequences given (the list is empty)".into()));
         }
@@ -498,7 +543,7 @@ impl Runner {
                 }
                 let ids: Vec<(usize, usize)> = step.iter().map(|(i, _, t)| (*i, t.len())).collect();
                 let mut segs: Vec<(&mut KvCache, &[i32])> = step.into_iter().map(|(_, c, t)| (c, t)).collect();
-                self.run_step(&mut segs, false, Head::Logits, pool, &mut flat)?;
+                self.run_step(&mut segs, false, Head::Logits, &variant, pool, &mut flat)?;
                 for ((i, n), l) in ids.into_iter().zip(flat.chunks_exact(self.hp.n_vocab)) {
                     done[i] += n;
                     result[i] = l.to_vec();
@@ -506,6 +551,21 @@ impl Runner {
             }
             Ok(result)
         })
+    }
+
+    /// The settings a call's graphs are built with: the session's, with the
+    /// call's overrides.
+    fn variant(&self, ov: &Overrides) -> Result<Variant> {
+        ov.check()?;
+        let rope = match &ov.rope {
+            Some(request) => RopeSettings::resolve(&self.hp, request),
+            None => self.rope,
+        };
+        let mut key = Xxh64::new(0);
+        for v in rope.key() {
+            key.update(&v.to_le_bytes());
+        }
+        Ok(Variant { key: key.digest(), rope })
     }
 
     /// One graph evaluation over segments (cache, new tokens): builds the
@@ -518,11 +578,12 @@ impl Runner {
         segs: &mut [(&mut KvCache, &[i32])],
         all: bool,
         head: Head,
+        variant: &Variant,
         pool: &mut ComputePool,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let mut scratch = std::mem::take(&mut pool.scratch);
-        let result = self.run_step_with(segs, all, head, pool, &mut scratch, out);
+        let result = self.run_step_with(segs, all, head, variant, pool, &mut scratch, out);
         pool.scratch = scratch;
         result
     }
@@ -532,6 +593,7 @@ impl Runner {
         segs: &mut [(&mut KvCache, &[i32])],
         all: bool,
         head: Head,
+        variant: &Variant,
         pool: &mut ComputePool,
         scratch: &mut StepScratch,
         out: &mut Vec<f32>,
@@ -542,6 +604,7 @@ impl Runner {
             weights: &self.weights,
             flash_attn: self.flash_attn,
             rope_factors: self.weights.rope_factors_for(self.n_ctx, &self.hp),
+            rope: &variant.rope,
             head,
         };
         let shape = BatchShape {
@@ -551,6 +614,7 @@ impl Runner {
             kv_size: segs.iter().map(|(c, _)| c.layout().kv_size).max().unwrap_or(0),
         };
         scratch.key.head = head;
+        scratch.key.variant = variant.key;
         scratch.key.segments.clear();
         scratch.key.segments.extend(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)));
         if pool.reusable(&scratch.key).is_none() {

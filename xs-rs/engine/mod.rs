@@ -23,6 +23,7 @@ pub mod live;
 pub mod logits;
 pub mod model;
 pub mod profile;
+pub mod rope;
 pub mod sampler;
 pub mod scoring;
 pub mod session;

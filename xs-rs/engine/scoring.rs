@@ -3,6 +3,7 @@
 //! (chunks of n_ctx tokens, each evaluated on an empty cache, only the second
 //! half of each chunk scored, log-softmax with a double-precision sum).
 use super::graph::Head;
+use super::inference::Overrides;
 use super::session::Inference;
 use super::{Error, Result};
 
@@ -65,7 +66,7 @@ impl Inference {
     /// Scores `tokens` in one pass on an empty cache: every token after the
     /// first gets its log-probability given those before it; with `top` > 0
     /// also the `top` best alternatives at each position.
-    pub fn score(&self, tokens: &[i32], top: usize) -> Result<TokenScores> {
+    pub fn score(&self, tokens: &[i32], top: usize, ov: &Overrides) -> Result<TokenScores> {
         if tokens.len() < 2 {
             return Err(Error::Argument(format!(
                 "scoring needs at least 2 tokens (the first is only context), got {}",
@@ -85,7 +86,7 @@ impl Inference {
         let scored = &tokens[..tokens.len() - 1];
         let mut next = tokens[1..].iter();
         self.with_empty_cache(|runner, cache| {
-            runner.forward_rows(cache, scored, Head::Logits, None, |row| {
+            runner.forward_rows(cache, scored, Head::Logits, None, ov, |row| {
                 let ls = LogSoftmax::new(row);
                 let id = *next.next().expect("one row per scored token") as usize;
                 scores.logprobs.push(ls.of(row, id));
@@ -109,6 +110,7 @@ impl Inference {
         n_ctx: usize,
         n_chunks: Option<usize>,
         bos: Option<i32>,
+        ov: &Overrides,
     ) -> Result<Perplexity> {
         let session_ctx = self.runner.n_ctx();
         if n_ctx < 2 || n_ctx > session_ctx {
@@ -140,7 +142,7 @@ impl Inference {
             }
             let mut position = 0;
             self.with_empty_cache(|runner, cache| {
-                runner.forward_rows(cache, &window, Head::Logits, None, |row| {
+                runner.forward_rows(cache, &window, Head::Logits, None, ov, |row| {
                     if position >= first && position + 1 < n_ctx {
                         let v = -LogSoftmax::new(row).of(row, chunk[position + 1] as usize);
                         nll += v;

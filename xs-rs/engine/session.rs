@@ -9,7 +9,7 @@
 //! taken out of their slots for the duration of a call and put back afterwards.
 use super::generate::{self, CachedRunner, GenerateOptions, Generation, Step, TokenText};
 use super::ggml_runtime::Device;
-use super::inference::{ComputePool, InferenceOptions, KvCache, Output, Runner};
+use super::inference::{ComputePool, InferenceOptions, KvCache, Output, Overrides, Runner};
 use super::kv_cache::{CacheLayout, KV_PAD};
 use super::kv_file::{self, ModelId};
 use super::model::Model;
@@ -247,6 +247,7 @@ impl Inference {
         cache: Option<&CacheHandle>,
         pool: Option<&PoolHandle>,
         output: Output,
+        ov: &Overrides,
     ) -> Result<Vec<Vec<f32>>> {
         if let Some(p) = pool {
             self.check_owner(&p.session, "memory pool")?;
@@ -257,11 +258,11 @@ impl Inference {
         let result = match cache {
             Some(c) => {
                 self.own_cache(c, "KV cache")?;
-                c.with(|kv| self.runner.forward(kv, tokens, output, pool_ref))
+                c.with(|kv| self.runner.forward(kv, tokens, output, pool_ref, ov))
             }
             None => {
                 let mut scratch = self.take_scratch(1)?;
-                let result = self.runner.forward(&mut scratch[0], tokens, output, pool_ref);
+                let result = self.runner.forward(&mut scratch[0], tokens, output, pool_ref, ov);
                 self.return_scratch(scratch);
                 result.map_err(without_cache)
             }
@@ -282,6 +283,7 @@ impl Inference {
         sequences: &[Vec<i32>],
         caches: Option<&[Arc<CacheHandle>]>,
         pool: Option<&PoolHandle>,
+        ov: &Overrides,
     ) -> Result<Vec<Vec<f32>>> {
         if let Some(p) = pool {
             self.check_owner(&p.session, "memory pool")?;
@@ -290,7 +292,7 @@ impl Inference {
         let pool_ref = pool_guard.as_deref_mut();
         let Some(handles) = caches else {
             let mut scratch = self.take_scratch(sequences.len())?;
-            let result = self.runner.forward_batch(&mut scratch, sequences, pool_ref);
+            let result = self.runner.forward_batch(&mut scratch, sequences, pool_ref, ov);
             self.return_scratch(scratch);
             return result.map_err(without_cache);
         };
@@ -307,7 +309,7 @@ impl Inference {
             return Err(Error::Argument(LOST.into()));
         }
         let mut moved: Vec<KvCache> = guards.iter_mut().map(|g| g.take().expect("checked above")).collect();
-        let result = self.runner.forward_batch(&mut moved, sequences, pool_ref);
+        let result = self.runner.forward_batch(&mut moved, sequences, pool_ref, ov);
         for (g, c) in guards.iter_mut().zip(moved) {
             **g = Some(c);
         }
@@ -343,7 +345,7 @@ impl Inference {
             None => self.take_scratch(1)?.pop().expect("one cache"),
         };
         let mut pool = self.runner.take_default_pool()?;
-        let mut source = CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool) };
+        let mut source = CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool), overrides: &options.overrides };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_progress, on_token, on_end);
         if let Ok(g) = &result {

@@ -208,9 +208,14 @@ pub fn vocab_size(model: &Model, hp: &HParams) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::arch::spec_for;
+
+    /// Hyperparameters of a small llama-like model, for tests elsewhere.
+    pub(crate) fn sample_hparams() -> HParams {
+        tiny("llama")
+    }
 
     fn tiny(arch: &str) -> HParams {
         let gemma = arch == "gemma3";
@@ -227,15 +232,14 @@ mod tests {
             n_rot: 16,
             norm_eps: 1e-5,
             rope_freq_base: 10000.0,
+            rope_scaling: crate::engine::rope::ScalingType::Linear,
             rope_freq_scale: 1.0,
             rope_attn_factor: 1.0,
             n_ctx_orig_yarn: 128,
-            longrope: false,
             n_swa: if gemma { 8 } else { 0 },
             swa_layers: vec![gemma, false],
             rope_freq_base_swa: 10000.0,
             rope_freq_scale_swa: 1.0,
-            rope_attn_factor_swa: 1.0,
             attention_scale: 0.25,
             final_logit_softcap: 0.0,
             attn_softcap: if arch == "gemma2" { 50.0 } else { 0.0 },

@@ -3,7 +3,8 @@
 //! Lugh/Inference.pm.
 use crate::engine::embedding::Pooling;
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
-use crate::engine::inference::{FlashAttn, InferenceOptions, Output, MAX_CTX, MAX_THREADS};
+use crate::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX, MAX_THREADS};
+use super::rope::rope_arg;
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};
@@ -58,6 +59,7 @@ struct NewArgs {
 /// The options of Lugh::Inference->new (defaults: [`InferenceOptions`]).
 const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     Opt::new("model", |perl, sv, a| set(&mut a.model, object_arc::<Model>(perl, sv, "Lugh::Model").map(Some))),
+    Opt::new("rope", |perl, sv, a| set(&mut a.options.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("backend", |perl, sv, a| {
         let name = perl.string_arg(sv, "backend")?;
         a.options.backend = (!name.eq_ignore_ascii_case("auto")).then_some(name);
@@ -134,6 +136,7 @@ struct GenerateArgs {
 /// The options of generate() besides [`SAMPLING_OPTIONS`] (defaults:
 /// [`GenerateOptions`]).
 const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
+    Opt::new("rope", |perl, sv, a| set(&mut a.options.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("prompt", |perl, sv, a| set(&mut a.prompt, perl.token_array_arg(sv, "prompt", a.n_vocab).map(Some))),
     Opt::new("max_tokens", |perl, sv, a| {
         set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
@@ -178,6 +181,7 @@ struct EmbedArgs {
     pooling: Option<Pooling>,
     normalize: bool,
     parse_special: bool,
+    overrides: Overrides,
 }
 
 const EMBED_OPTIONS: &[Opt<EmbedArgs>] = &[
@@ -186,6 +190,7 @@ const EMBED_OPTIONS: &[Opt<EmbedArgs>] = &[
     }),
     Opt::new("normalize", |perl, sv, a| set(&mut a.normalize, perl.bool_arg(sv, "normalize"))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+    Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
 ];
 
 /// What logprobs() and perplexity() are given besides the text.
@@ -195,11 +200,13 @@ struct ScoreArgs {
     n_ctx: Option<usize>,
     n_chunks: Option<usize>,
     parse_special: bool,
+    overrides: Overrides,
 }
 
 const LOGPROBS_OPTIONS: &[Opt<ScoreArgs>] = &[
     Opt::new("top", |perl, sv, a| set(&mut a.top, count_arg(perl, sv, "top", 0))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+    Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
 ];
 
 const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
@@ -208,7 +215,14 @@ const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
         set(&mut a.n_chunks, ranged_arg(perl, sv, "n_chunks", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
+    Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
 ];
+
+/// A forward call's rope and lora arguments (each undef when not given).
+fn overrides_arg(perl: Perl, rope: Sv, _lora: Sv) -> Result<Overrides, Error> {
+    let rope = optional(perl, rope, |sv| rope_arg(perl, sv).map(|c| c.request()))?;
+    Ok(Overrides { rope })
+}
 
 /// A text (tokenized as llama.cpp's tools do: the model's BOS/EOS added)
 /// or an array reference of token ids.
@@ -232,7 +246,7 @@ fn text_or_tokens(perl: Perl, s: &Inference, sv: Sv, what: &str, parse_special: 
 fn embed_inputs(args: &Args, s: &Inference, inputs: &[Sv], first_option: usize) -> Result<Vec<Sv>, XsError> {
     let perl = args.perl();
     let given = Given::read(perl, &args.rest(first_option), &names(EMBED_OPTIONS).collect::<Vec<_>>())?;
-    let mut opt = EmbedArgs { pooling: None, normalize: true, parse_special: true };
+    let mut opt = EmbedArgs { pooling: None, normalize: true, parse_special: true, overrides: Overrides::NONE };
     given.apply(perl, EMBED_OPTIONS, &mut opt)?;
     let pooling = opt.pooling.or_else(|| s.model_pooling()).unwrap_or(Pooling::Mean);
     let sequences = inputs
@@ -249,7 +263,7 @@ fn embed_inputs(args: &Args, s: &Inference, inputs: &[Sv], first_option: usize) 
         })
         .collect::<Result<Vec<_>, Error>>()?;
     let width = s.runner.hparams().n_embd;
-    let vectors = s.embed(&sequences, pooling, opt.normalize)?;
+    let vectors = s.embed(&sequences, pooling, opt.normalize, &opt.overrides)?;
     Ok(vectors
         .iter()
         .map(|v| match pooling {
@@ -403,7 +417,7 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _forward(args) as "Lugh::Inference->forward" {
-        args.expect(6, 6, "self, tokens, cache, pool, all, as_object")?;
+        args.expect(8, 8, "self, tokens, cache, pool, all, as_object, rope, lora")?;
         let s = this(args)?;
         let perl = args.perl();
         let tokens = perl.token_array_arg(args.get(1), "tokens", s.runner.n_vocab())?;
@@ -411,7 +425,8 @@ xs_subs! { "Lugh::Inference";
         let pool = pool_arg(perl, args.get(3))?;
         let output = if perl.is_true(args.get(4)) { Output::All } else { Output::Last };
         let as_object = perl.is_true(args.get(5));
-        let mut logits = s.forward(&tokens, cache.as_deref(), pool.as_deref(), output)?;
+        let ov = overrides_arg(perl, args.get(6), args.get(7))?;
+        let mut logits = s.forward(&tokens, cache.as_deref(), pool.as_deref(), output, &ov)?;
         Ok(match (output, as_object) {
             (Output::Last, false) => Ret::Floats(logits.pop().unwrap_or_default()),
             (Output::Last, true) => Ret::One(logits_object(perl, logits.pop().unwrap_or_default())),
@@ -420,7 +435,7 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _forward_batch(args) as "Lugh::Inference->forward_batch" {
-        args.expect(5, 5, "self, sequences, caches, pool, as_object")?;
+        args.expect(7, 7, "self, sequences, caches, pool, as_object, rope, lora")?;
         let s = this(args)?;
         let perl = args.perl();
         let n_vocab = s.runner.n_vocab();
@@ -437,7 +452,8 @@ xs_subs! { "Lugh::Inference";
                 .collect::<Result<Vec<_>, _>>()
         })?;
         let pool = pool_arg(perl, args.get(3))?;
-        let logits = s.forward_batch(&sequences, caches.as_deref(), pool.as_deref())?;
+        let ov = overrides_arg(perl, args.get(5), args.get(6))?;
+        let logits = s.forward_batch(&sequences, caches.as_deref(), pool.as_deref(), &ov)?;
         Ok(Ret::One(rows(perl, logits, perl.is_true(args.get(4)))))
     }
 
@@ -562,7 +578,7 @@ xs_subs! { "Lugh::Inference";
         let mut opt = ScoreArgs::default();
         given.apply(perl, LOGPROBS_OPTIONS, &mut opt)?;
         let tokens = text_or_tokens(perl, &s, args.get(1), "the text", opt.parse_special)?;
-        let scores = s.score(&tokens, opt.top)?;
+        let scores = s.score(&tokens, opt.top, &opt.overrides)?;
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let logprobs: Vec<Sv> = scores.logprobs.iter().map(|&v| perl.float(v)).collect();
         let mut out = vec![
@@ -605,7 +621,7 @@ xs_subs! { "Lugh::Inference";
             _ => None,
         };
         let n_ctx = opt.n_ctx.unwrap_or_else(|| s.runner.n_ctx());
-        let p = s.perplexity(&tokens, n_ctx, opt.n_chunks, bos)?;
+        let p = s.perplexity(&tokens, n_ctx, opt.n_chunks, bos, &opt.overrides)?;
         let after: Vec<Sv> = p.after_chunk.iter().map(|&v| perl.float(v)).collect();
         Ok(Ret::List(vec![
             perl.str("perplexity"),
