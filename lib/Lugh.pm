@@ -70,6 +70,7 @@ require Lugh::MemoryPool;
 require Lugh::Logits;
 require Lugh::Prompt;
 require Lugh::RoPE;
+require Lugh::LoRA;
 require Lugh::Chat;
 require Lugh::ModelStore;
 

@@ -112,9 +112,12 @@ Lugh::RoPE - RoPE (rotary position embedding) scaling: reaching past a model's t
     print $yarn->freq_scale, "\n";
     # EXPECTED: 0.125
 
-    # for a whole session, or for one call:
-    #   Lugh::Inference->new(model => $model, n_ctx => 16384, rope => $rope);
-    #   $inference->forward(tokens => \@tokens, rope => $yarn);
+    # for a whole session, or for one call
+    my $model     = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
+    my $inference = Lugh::Inference->new(model => $model, n_ctx => 512, rope => $rope);
+    my @logits    = $inference->forward(tokens => [ 1, 2, 3 ], rope => $yarn);
+    print scalar(@logits), "\n";
+    # EXPECTED: 49152
 
 =head1 DESCRIPTION
 
@@ -196,8 +199,7 @@ may follow.
 
 =head2 from_model
 
-    my $model = Lugh::Model->new(model => 'smollm2-135m-q4_1', download => 0);
-    my $rope  = Lugh::RoPE->from_model($model);
+    my $rope = Lugh::RoPE->from_model($model);
     print $rope->scaling_type_name, ' ', $rope->n_ctx_orig, ' ', $rope->freq_base, "\n";
     # EXPECTED: linear 8192 100000
 

@@ -14,7 +14,7 @@ use Test::More ();
 use Lugh::ModelStore ();
 
 our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
-    arch_models @TEST_MODELS);
+    arch_models lora_adapters @TEST_MODELS @LORA_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -57,7 +57,7 @@ sub require_model {
 
 # The Python packages t/make-arch-models needs, pinned so that a seed always
 # gives the same files (numpy's random streams may change between releases).
-our @GGUF_PYTHON_PACKAGES = ('gguf==0.17.1', 'numpy==2.4.6');
+our @GGUF_PYTHON_PACKAGES = ('gguf==0.17.1', 'numpy==2.4.6', 'safetensors==0.6.2');
 
 # A python that can import gguf: $LUGH_PYTHON, the venv that
 # `perl t/fetch-models gguf-python` makes (MODEL_DIR/venv-gguf), or python3
@@ -67,7 +67,7 @@ sub gguf_python {
         'python3';
     for my $python (@candidates) {
         next if $python =~ m{/} && !-x $python;
-        return $python if system("$python -c 'import gguf, numpy' >/dev/null 2>&1") == 0;
+        return $python if system("$python -c 'import gguf, numpy, safetensors' >/dev/null 2>&1") == 0;
     }
     return undef;
 }
@@ -92,6 +92,47 @@ sub arch_models {
         $paths{$name} = $line;
     }
     close $out or return "t/make-arch-models failed (exit status " . ($? >> 8) . ")";
+    return \%paths;
+}
+
+# The models the LoRA tests have adapters for (t/make-lora-adapters: Qwen's
+# also adapts the token embeddings).
+our @LORA_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m);
+our $LORA_SEED   = 1;
+
+# The test adapters of model $name (made once into MODEL_DIR/lora, checked
+# against the sha256 the reference outputs were made with):
+# { gguf => path, peft => path, peft_bf16 => path }, or a string saying why
+# there are none.
+sub lora_adapters {
+    my ($name) = @_;
+    my $base = model_path($name) or return "test model '$name' not found (run: perl t/fetch-models)";
+    my $dir = File::Spec->catdir(model_dir(), 'lora');
+    my %paths = (
+        gguf      => File::Spec->catfile($dir, "$name.gguf"),
+        peft      => File::Spec->catfile($dir, "$name.peft", 'adapter_model.safetensors'),
+        peft_bf16 => File::Spec->catfile($dir, "$name.peft-bf16", 'adapter_model.safetensors'),
+    );
+    if (grep { !-f } values %paths) {
+        my $python = gguf_python()
+            or return "no python with the gguf and safetensors packages (run: perl t/fetch-models gguf-python)";
+        my $lib = (File::Spec->splitpath(File::Spec->rel2abs(__FILE__)))[1];
+        my $script = File::Spec->catfile($lib, File::Spec->updir, 'make-lora-adapters');
+        my @extra = $name =~ /qwen/ ? ('--embeddings') : ();
+        system($python, $script, '--model', $base, '--out', $dir, '--name', $name, '--seed', $LORA_SEED, @extra,
+            ) == 0 or return "t/make-lora-adapters failed for $name";
+    }
+    my $sums = File::Spec->catfile(reference_dir(), 'lora-adapters.sha256');
+    if (open my $fh, '<', $sums) {
+        require Digest::SHA;
+        while (<$fh>) {
+            my ($sum, $file) = split;
+            next unless $file eq "$name.gguf";
+            my $got = Digest::SHA->new(256)->addfile($paths{gguf})->hexdigest;
+            return "$paths{gguf} is not the adapter the reference outputs were made with (sha256 $got, expected"
+                . " $sum): remove it to have it made again" if $got ne $sum;
+        }
+    }
     return \%paths;
 }
 

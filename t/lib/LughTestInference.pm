@@ -80,7 +80,9 @@ our $CROSS_VARIANT_BOUND = 1.5;
 # only if it is this build's). Options: set, tolerance, greedy (tokens of the
 # greedy continuations), each (a sub run with ($name, $fa, $case, $label)
 # before each case, for extra checks), inference_options (more options of
-# Lugh::Inference->new). Returns the number of cases checked.
+# Lugh::Inference->new), models (the model names, default all test models),
+# call (a sub given the model name, returning more options of each forward
+# and generate). Returns the number of cases checked.
 sub run_parity_set {
     my (%o) = @_;
     require Lugh;
@@ -108,6 +110,7 @@ sub run_parity_set {
     for_each_test_model(sub {
         my ($name, $model) = @_;
         my $tokenizer = Lugh::Tokenizer->new(model => $model);
+        my $call = $o{call} ? { $o{call}->($name, $model) } : {};
         for my $fa (qw(on off)) {
             my $inference = Lugh::Inference->new(model => $model, n_ctx => 1024, n_threads => 2,
                 flash_attn => $fa eq 'on' ? 1 : 0, %{ $o{inference_options} // {} });
@@ -120,8 +123,8 @@ sub run_parity_set {
                     my $label = "$name fa-$fa '$short' vs $variant";
                     $o{each}->($name, $fa, $case, $label) if $o{each};
                     my $diff = $variant eq $own
-                        ? check_reference_case($inference, $tokenizer, $case, $label, $o{tolerance}, $o{greedy})
-                        : check_cross_variant_case($inference, $tokenizer, $case, $label);
+                        ? check_reference_case($inference, $tokenizer, $case, $label, $o{tolerance}, $o{greedy}, $call)
+                        : check_cross_variant_case($inference, $tokenizer, $case, $label, $call);
                     $worst = $diff if $diff > $worst;
                     $checked++;
                 }
@@ -129,17 +132,17 @@ sub run_parity_set {
                     $name, $fa, $variant, scalar @cases, $worst);
             }
         }
-    });
+    }, $o{models});
     return $checked;
 }
 
 # One case against llama.cpp built for another kernel variant: what holds
 # across variants. Returns the largest top-20 logit difference.
 sub check_cross_variant_case {
-    my ($inference, $tokenizer, $case, $label) = @_;
+    my ($inference, $tokenizer, $case, $label, $call) = @_;
     my @tokens = @{ $case->{tokens} };
     Test::More::is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
-    my @logits = $inference->forward(\@tokens);
+    my @logits = $inference->forward(tokens => \@tokens, %{ $call // {} });
     my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
     Test::More::cmp_ok($diff, '<=', $CROSS_VARIANT_BOUND,
         "$label: top-20 logits within $CROSS_VARIANT_BOUND (max diff " . sprintf('%.4f', $diff) . ')');
@@ -207,12 +210,12 @@ sub check_rollback_and_clear {
     Test::More::cmp_ok(max_abs_diff(\@again, \@fresh), '<=', 0.02, 'a cleared cache starts over');
 }
 
-# Runs $body->($name, $model) for each of the three test models, or skips
-# (one test) a model whose file is absent.
+# Runs $body->($name, $model) for each of the three test models (or those
+# named in @$models), or skips (one test) a model whose file is absent.
 sub for_each_test_model {
-    my ($body) = @_;
+    my ($body, $models) = @_;
     require Test::More;
-    for my $name (@TEST_MODELS) {
+    for my $name (@{ $models // \@TEST_MODELS }) {
         my $path = model_path($name);
         SKIP: {
             Test::More::skip("test model '$name' not found (run: perl t/fetch-models)", 1) unless $path;
@@ -227,19 +230,20 @@ sub for_each_test_model {
 # tokenizer is given), each top-20 logit within $tolerance, the greedy
 # continuation identical. Returns the largest logit difference.
 sub check_reference_case {
-    my ($inference, $tokenizer, $case, $label, $tolerance, $n_greedy) = @_;
+    my ($inference, $tokenizer, $case, $label, $tolerance, $n_greedy, $call) = @_;
     require Test::More;
     my @tokens = @{ $case->{tokens} };
     if ($tokenizer) {
         Test::More::is_deeply([ $tokenizer->encode($case->{prompt}) ], \@tokens, "$label: our tokenizer agrees");
     }
-    my @logits = $inference->forward(\@tokens);
+    my @logits = $inference->forward(tokens => \@tokens, %{ $call // {} });
     my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
     Test::More::cmp_ok($diff, '<=', $tolerance,
         "$label: top-20 logits within $tolerance (max diff " . sprintf('%.4f', $diff) . ')');
     my @expected = @{ $case->{greedy} };
-    pop @expected if @expected < $n_greedy;    # ended by an end-of-generation token, which generate drops
-    my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => $n_greedy);
+    # ended by an end-of-generation token (which generate drops), perhaps at the last place
+    pop @expected if @expected < $n_greedy || ($tokenizer && @expected && $tokenizer->is_eog($expected[-1]));
+    my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => $n_greedy, %{ $call // {} });
     Test::More::is_deeply(\@greedy, \@expected, "$label: $n_greedy-token greedy continuation identical");
     return $diff;
 }

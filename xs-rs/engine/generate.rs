@@ -61,7 +61,12 @@ pub struct CachedRunner<'a> {
 
 impl LogitsSource for CachedRunner<'_> {
     fn context(&self) -> &[i32] {
-        self.cache.tokens()
+        // cells computed with other RoPE settings or adapters are no prefix
+        // of this generation's
+        match (self.cache.filled_with(), self.runner.settings_key(self.overrides)) {
+            (Some(filled), Ok(now)) if filled != now => &[],
+            _ => self.cache.tokens(),
+        }
     }
     fn n_ctx(&self) -> usize {
         self.cache.n_ctx()

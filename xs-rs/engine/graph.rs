@@ -13,6 +13,8 @@ use super::ggml_ops::row_size;
 use super::ggml_ops::{GraphCtx, RopeParams, Tensor};
 use super::graph_inputs::{GraphInputs, SegmentInputs};
 use super::kv_cache::KvCache;
+use super::lora::LoraAdapter;
+use std::sync::Arc;
 use super::rope::RopeSettings;
 use super::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
@@ -57,6 +59,8 @@ pub struct Blueprint<'a> {
     pub rope_factors: Option<Tensor>,
     /// The RoPE settings of the non-sliding-window layers.
     pub rope: &'a RopeSettings,
+    /// LoRA adapters and the scale each is used at.
+    pub adapters: &'a [(Arc<LoraAdapter>, f32)],
     pub head: Head,
 }
 
@@ -89,6 +93,13 @@ impl Blueprint<'_> {
 
         let w = self.weights;
         let mut inp_l = g.get_rows(w.tok_embd, tokens);
+        for (adapter, scale) in self.adapters {
+            // llama.cpp's build_inp_embd: B times A's rows of the tokens
+            if let Some(p) = adapter.get("token_embd.weight") {
+                let delta = g.mul_mat(p.b, g.get_rows(p.a, tokens));
+                inp_l = g.add(inp_l, g.scale(delta, p.scale(*scale)));
+            }
+        }
         if self.spec.embed_scale_sqrt {
             inp_l = g.scale(inp_l, (hp.n_embd as f32).sqrt());
             name(inp_l, "inp_scaled", None);
@@ -157,7 +168,7 @@ impl Blueprint<'_> {
             g.expand(cur);
             return Ok(ForwardGraph { g, inputs, output: cur, width: hp.n_embd, n_outputs });
         }
-        let mut logits = g.mul_mat(w.output, cur);
+        let mut logits = b.mm(w.output, cur);
         if hp.logit_scale != 1.0 {
             logits = g.scale(logits, 1.0 / hp.logit_scale);
         }
@@ -210,9 +221,30 @@ impl Builder<'_, '_> {
         cur
     }
 
+    /// A weight times x, plus each adapter's B·(A·x) for that weight
+    /// (llama.cpp's build_lora_mm).
+    fn mm(&self, w: Tensor, x: Tensor) -> Tensor {
+        let g = self.g;
+        let mut res = g.mul_mat(w, x);
+        if self.bp.adapters.is_empty() {
+            return res;
+        }
+        let name = w.name();
+        for (adapter, scale) in self.bp.adapters {
+            let Some(p) = adapter.get(&name) else { continue };
+            // a token_embd pair (made for the lookup) at a tied output: not a projection's
+            if p.a.ne()[0] != x.ne()[0] {
+                continue;
+            }
+            let ab = g.mul_mat(p.b, g.mul_mat(p.a, x));
+            res = g.add(res, g.scale(ab, p.scale(*scale)));
+        }
+        res
+    }
+
     /// A projection plus its optional bias.
     fn linear(&self, w: Tensor, b: Option<Tensor>, x: Tensor) -> Tensor {
-        let cur = self.g.mul_mat(w, x);
+        let cur = self.mm(w, x);
         match b {
             Some(b) => self.g.add(cur, b),
             None => cur,
@@ -392,7 +424,7 @@ impl Builder<'_, '_> {
         name(up, "ffn_up", Some(il));
         let cur = match w.gate {
             Some(gate) => {
-                let gate = g.mul_mat(gate, x);
+                let gate = self.mm(gate, x);
                 name(gate, "ffn_gate", Some(il));
                 match self.bp.spec.act {
                     Activation::SwiGlu => g.swiglu_split(gate, up),
@@ -460,7 +492,7 @@ impl Builder<'_, '_> {
         // the rows of x: in the last layer only the output rows
         let n = x.ne()[1];
         let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
-        let logits = g.mul_mat(w.gate_inp, x); // [n_expert, n]
+        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
         name(logits, "ffn_moe_logits", Some(il));
         let probs = g.soft_max(logits);
         let selected = g.argsort_top_k(probs, n_used as i32); // [n_used, n]
@@ -503,7 +535,7 @@ impl Builder<'_, '_> {
             out = g.cont(out);
         }
         if let Some((gate_inp, shared)) = &w.shared {
-            let gate_logit = g.mul_mat(*gate_inp, x); // [1, n]
+            let gate_logit = self.mm(*gate_inp, x); // [1, n]
             let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
             let shared_out = g.mul(self.ffn(x, shared, il), gate);
             out = g.add(out, shared_out);

@@ -13,6 +13,7 @@ use super::graph::{Blueprint, Head, Segment};
 use super::kv_cache::CacheLayout;
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
+use super::lora::{AdapterUses, LoraAdapter};
 use super::rope::{RopeRequest, RopeSettings};
 use super::weights::ModelWeights;
 use super::xxhash::Xxh64;
@@ -62,21 +63,31 @@ pub struct InferenceOptions {
     pub rope: Option<RopeRequest>,
 }
 
-/// What one call changes of its session's settings: the RoPE settings.
-#[derive(Clone, Debug, Default)]
+/// What one call changes of its session's settings: the RoPE settings and
+/// the LoRA adapters (each at a scale).
+#[derive(Clone, Default)]
 pub struct Overrides {
     pub rope: Option<RopeRequest>,
+    pub adapters: AdapterUses,
 }
 
 /// A call's resolved settings, and their fingerprint for the graph cache.
-struct Variant {
+struct Variant<'a> {
     rope: RopeSettings,
+    adapters: &'a [(Arc<LoraAdapter>, f32)],
     key: u64,
+}
+
+impl std::fmt::Debug for Overrides {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let adapters: Vec<_> = self.adapters.iter().map(|(a, s)| (a.path.display().to_string(), *s)).collect();
+        f.debug_struct("Overrides").field("rope", &self.rope).field("adapters", &adapters).finish()
+    }
 }
 
 impl Overrides {
     /// The session's settings unchanged.
-    pub const NONE: Overrides = Overrides { rope: None };
+    pub const NONE: Overrides = Overrides { rope: None, adapters: Vec::new() };
 
     pub fn check(&self) -> Result<()> {
         self.rope.as_ref().map_or(Ok(()), RopeRequest::check)
@@ -555,8 +566,14 @@ impl Runner {
 
     /// The settings a call's graphs are built with: the session's, with the
     /// call's overrides.
-    fn variant(&self, ov: &Overrides) -> Result<Variant> {
+    fn variant<'a>(&self, ov: &'a Overrides) -> Result<Variant<'a>> {
         ov.check()?;
+        for (adapter, scale) in &ov.adapters {
+            adapter.check_model(&self.model)?;
+            if !scale.is_finite() {
+                return Err(Error::Argument(format!("a LoRA scale must be a finite number, got {scale}")));
+            }
+        }
         let rope = match &ov.rope {
             Some(request) => RopeSettings::resolve(&self.hp, request),
             None => self.rope,
@@ -565,7 +582,17 @@ impl Runner {
         for v in rope.key() {
             key.update(&v.to_le_bytes());
         }
-        Ok(Variant { key: key.digest(), rope })
+        for (adapter, scale) in &ov.adapters {
+            key.update(&adapter.id().to_le_bytes());
+            key.update(&scale.to_bits().to_le_bytes());
+        }
+        Ok(Variant { key: key.digest(), rope, adapters: &ov.adapters })
+    }
+
+    /// The key of the settings a call with `ov` computes with (what a cache
+    /// filled by it records).
+    pub fn settings_key(&self, ov: &Overrides) -> Result<u64> {
+        self.variant(ov).map(|v| v.key)
     }
 
     /// One graph evaluation over segments (cache, new tokens): builds the
@@ -605,6 +632,7 @@ impl Runner {
             flash_attn: self.flash_attn,
             rope_factors: self.weights.rope_factors_for(self.n_ctx, &self.hp),
             rope: &variant.rope,
+            adapters: variant.adapters,
             head,
         };
         let shape = BatchShape {
@@ -637,7 +665,7 @@ impl Runner {
             return Err(Error::Ggml("the backend failed to compute the graph".into()));
         }
         for (cache, tokens) in segs.iter_mut() {
-            cache.advance(tokens);
+            cache.advance(tokens, Some(variant.key));
         }
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).steps += 1;
         // the output rows lie one after another: one read

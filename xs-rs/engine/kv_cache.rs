@@ -72,6 +72,9 @@ pub struct KvCache {
     /// The token at each filled position, so a later prompt can reuse the
     /// longest prefix it shares with them.
     tokens: Vec<i32>,
+    /// The settings (RoPE, adapters: the graph variant's key) its cells were
+    /// computed with; None when not known (empty, or loaded from a file).
+    filled_with: Option<u64>,
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     // Drop order: the buffer before the context describing its tensors.
@@ -106,6 +109,7 @@ impl KvCache {
             // 4 bytes a position next to kilobytes of K/V: reserved whole so
             // that decoding never reallocates it
             tokens: Vec::with_capacity(n_ctx),
+            filled_with: None,
             k,
             v,
             buffer,
@@ -141,6 +145,12 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.tokens.clear();
+        self.filled_with = None;
+    }
+
+    /// The settings key of the computation that filled it (see the field).
+    pub fn filled_with(&self) -> Option<u64> {
+        self.filled_with
     }
 
     fn tensor(&self, il: usize, part: Part) -> Tensor {
@@ -190,9 +200,10 @@ impl KvCache {
 
     /// Records `tokens` as the next filled positions (after a successful
     /// compute).
-    pub(crate) fn advance(&mut self, tokens: &[i32]) {
+    pub(crate) fn advance(&mut self, tokens: &[i32], settings: Option<u64>) {
         debug_assert!(self.n_cached() + tokens.len() <= self.n_ctx);
         self.tokens.extend_from_slice(tokens);
+        self.filled_with = settings;
     }
 
     /// The cells a graph over `n_new` more tokens attends to: llama.cpp's

@@ -452,7 +452,7 @@ pub fn load(path: &Path, target: &Target, new_cache: impl FnOnce() -> Result<KvC
         ));
     }
     cache.clear();
-    cache.advance(&tokens);
+    cache.advance(&tokens, None);
     crate::debug_log!(
         "loaded a KV cache of {n} positions from '{}': {:.1} MiB in {:.1} ms",
         path.display(),

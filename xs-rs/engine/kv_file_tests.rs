@@ -66,7 +66,7 @@ fn filled_cache(v_trans: bool, n: usize) -> KvCache {
         }
     }
     let tokens: Vec<i32> = (0..n as i32).map(|i| (i * 13 + 5) % N_VOCAB as i32).collect();
-    cache.advance(&tokens);
+    cache.advance(&tokens, None);
     cache
 }
 

@@ -4,6 +4,7 @@
 use crate::engine::embedding::Pooling;
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX, MAX_THREADS};
+use super::lora::lora_arg;
 use super::rope::rope_arg;
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
@@ -137,6 +138,7 @@ struct GenerateArgs {
 /// [`GenerateOptions`]).
 const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("rope", |perl, sv, a| set(&mut a.options.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
+    Opt::new("lora", |perl, sv, a| set(&mut a.options.overrides.adapters, lora_arg(perl, sv))),
     Opt::new("prompt", |perl, sv, a| set(&mut a.prompt, perl.token_array_arg(sv, "prompt", a.n_vocab).map(Some))),
     Opt::new("max_tokens", |perl, sv, a| {
         set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
@@ -191,6 +193,7 @@ const EMBED_OPTIONS: &[Opt<EmbedArgs>] = &[
     Opt::new("normalize", |perl, sv, a| set(&mut a.normalize, perl.bool_arg(sv, "normalize"))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
 /// What logprobs() and perplexity() are given besides the text.
@@ -207,6 +210,7 @@ const LOGPROBS_OPTIONS: &[Opt<ScoreArgs>] = &[
     Opt::new("top", |perl, sv, a| set(&mut a.top, count_arg(perl, sv, "top", 0))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
 const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
@@ -216,12 +220,14 @@ const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
     }),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
 /// A forward call's rope and lora arguments (each undef when not given).
-fn overrides_arg(perl: Perl, rope: Sv, _lora: Sv) -> Result<Overrides, Error> {
+fn overrides_arg(perl: Perl, rope: Sv, lora: Sv) -> Result<Overrides, Error> {
     let rope = optional(perl, rope, |sv| rope_arg(perl, sv).map(|c| c.request()))?;
-    Ok(Overrides { rope })
+    let adapters = optional(perl, lora, |sv| lora_arg(perl, sv))?.unwrap_or_default();
+    Ok(Overrides { rope, adapters })
 }
 
 /// A text (tokenized as llama.cpp's tools do: the model's BOS/EOS added)

@@ -4,6 +4,7 @@ use crate::glue::{self, ffi, Cv, Interp};
 mod inference;
 mod kv_cache;
 mod logits;
+mod lora;
 mod lugh;
 mod memory_pool;
 mod model;
@@ -29,6 +30,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         inference::SUBS,
         kv_cache::SUBS,
         logits::SUBS,
+        lora::SUBS,
         memory_pool::SUBS,
         prompt::SUBS,
         rope::SUBS,
