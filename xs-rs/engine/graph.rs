@@ -14,10 +14,10 @@ use super::ggml_ops::{GraphCtx, RopeParams, Tensor};
 use super::graph_inputs::{GraphInputs, SegmentInputs};
 use super::kv_cache::KvCache;
 use super::lora::LoraAdapter;
-use std::sync::Arc;
 use super::rope::RopeSettings;
 use super::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
 use super::{Error, Result};
+use std::sync::Arc;
 
 /// One sequence's share of a batch.
 pub struct Segment<'a> {

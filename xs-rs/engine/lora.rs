@@ -200,9 +200,8 @@ fn detect_format(path: &Path) -> Result<Format> {
         Some("safetensors") => return Ok(Format::SafeTensors),
         _ => {}
     }
-    let unrecognized = || {
-        invalid(path, "unrecognized adapter format (expected a .gguf or a .safetensors file)".to_string())
-    };
+    let unrecognized =
+        || invalid(path, "unrecognized adapter format (expected a .gguf or a .safetensors file)".to_string());
     let mut magic = [0u8; 4];
     let mut file = File::open(path).map_err(|_| unrecognized())?;
     if file.read_exact(&mut magic).is_ok() && &magic == b"GGUF" {
@@ -233,7 +232,10 @@ fn check_pair(path: &Path, model: &Model, name: &str, a: &[i64; 2], b: &[i64; 2]
         invalid(path, format!("LoRA tensor '{name}' does not exist in the base model (is it the adapter's model?)"))
     })?;
     if base.shape.len() != 2 {
-        return Err(invalid(path, format!("LoRA on '{name}' ({}-dimensional, e.g. experts) is not supported", base.shape.len())));
+        return Err(invalid(
+            path,
+            format!("LoRA on '{name}' ({}-dimensional, e.g. experts) is not supported", base.shape.len()),
+        ));
     }
     let (n_in, n_out) = (base.shape[0] as i64, base.shape[1] as i64);
     let shapes = format!("lora_a {a:?}, lora_b {b:?}, base weight [{n_in}, {n_out}]");
@@ -340,12 +342,14 @@ fn read_peft_config(path: &Path, adapter: &Path) -> Result<PeftConfig> {
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| invalid(path, format!("it is not valid JSON ({e})")))?;
     let number = |key: &str| json.get(key).and_then(|v| v.as_f64());
-    let alpha = number("lora_alpha").filter(|a| a.is_finite() && *a > 0.0).ok_or_else(|| {
-        invalid(path, "lora_alpha is missing or not a number > 0".into())
-    })? as f32;
-    let rank = json.get("r").and_then(|v| v.as_u64()).filter(|&r| r > 0).ok_or_else(|| {
-        invalid(path, "r (the rank) is missing or not an integer > 0".into())
-    })? as usize;
+    let alpha = number("lora_alpha")
+        .filter(|a| a.is_finite() && *a > 0.0)
+        .ok_or_else(|| invalid(path, "lora_alpha is missing or not a number > 0".into()))? as f32;
+    let rank = json
+        .get("r")
+        .and_then(|v| v.as_u64())
+        .filter(|&r| r > 0)
+        .ok_or_else(|| invalid(path, "r (the rank) is missing or not an integer > 0".into()))? as usize;
     let flag = |key: &str| json.get(key).and_then(|v| v.as_bool()).unwrap_or(false);
     for (key, what) in [("use_dora", "DoRA (use_dora)"), ("fan_in_fan_out", "fan_in_fan_out (Conv1D weights)")] {
         if flag(key) {
@@ -362,7 +366,9 @@ fn read_peft_config(path: &Path, adapter: &Path) -> Result<PeftConfig> {
         return Err(invalid(path, format!("peft_type '{t}' is not LORA")));
     }
     let targets = match json.get("target_modules") {
-        Some(serde_json::Value::Array(list)) => Some(list.iter().filter_map(|v| v.as_str().map(String::from)).collect()),
+        Some(serde_json::Value::Array(list)) => {
+            Some(list.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        }
         _ => None,
     };
     let pattern = |key: &str| -> Vec<(String, f64)> {
@@ -527,7 +533,8 @@ fn read_safetensors(path: &Path, model: &Model) -> Result<(f32, BTreeMap<String,
                 format!("module '{module}' has rank {}, but adapter_config.json says r = {rank}", b.ne[0]),
             ));
         }
-        let alpha = config.alpha_pattern.iter().find(|(k, _)| pattern_matches(k, &module)).map_or(config.alpha, |p| p.1);
+        let alpha =
+            config.alpha_pattern.iter().find(|(k, _)| pattern_matches(k, &module)).map_or(config.alpha, |p| p.1);
         // rsLoRA scales by alpha / sqrt(r): as an alpha over r, alpha·sqrt(r)
         let alpha = if config.rslora { alpha * (rank as f32).sqrt() } else { alpha };
         pairs.insert(name, StagedPair { a, b, alpha });

@@ -78,8 +78,8 @@ impl SafeTensors {
     /// Parses the JSON header of a file of `file_size` bytes.
     pub fn parse_header(path: &Path, header: &[u8], file_size: u64) -> Result<SafeTensors> {
         let data_start = 8 + header.len() as u64;
-        let json: serde_json::Value = serde_json::from_slice(header)
-            .map_err(|e| corrupt(path, format!("the header is not valid JSON ({e})")))?;
+        let json: serde_json::Value =
+            serde_json::from_slice(header).map_err(|e| corrupt(path, format!("the header is not valid JSON ({e})")))?;
         let object = json.as_object().ok_or_else(|| corrupt(path, "the header is not a JSON object".into()))?;
         let mut entries = Vec::new();
         for (name, value) in object {

@@ -345,7 +345,8 @@ impl Inference {
             None => self.take_scratch(1)?.pop().expect("one cache"),
         };
         let mut pool = self.runner.take_default_pool()?;
-        let mut source = CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool), overrides: &options.overrides };
+        let mut source =
+            CachedRunner { runner: &self.runner, cache: &mut kv, pool: Some(&mut pool), overrides: &options.overrides };
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let result = generate::generate(&mut source, text, prompt, options, on_progress, on_token, on_end);
         if let Ok(g) = &result {

@@ -7,9 +7,9 @@ use super::arch::{Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, Qk
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::ggml_sys as sys;
-use super::rope::ScalingType;
 use super::gguf::TensorInfo;
 use super::model::Model;
+use super::rope::ScalingType;
 use super::validate::{self, Role};
 use super::{Error, Result};
 use std::sync::Arc;
@@ -395,8 +395,8 @@ impl ModelWeights {
             None => ld.require_as(Output, TokenEmbd, None, "weight", &[n_embd, n_vocab])?,
         };
         let n_factors = [hp.n_rot as i64 / 2];
-        let long_short =
-            spec.rope_factors == RopeFactors::LongShort || (spec.rope_factors == RopeFactors::Freqs && (hp.rope_scaling == ScalingType::LongRope));
+        let long_short = spec.rope_factors == RopeFactors::LongShort
+            || (spec.rope_factors == RopeFactors::Freqs && (hp.rope_scaling == ScalingType::LongRope));
         let rope_freqs = if spec.rope_factors == RopeFactors::Freqs && !(hp.rope_scaling == ScalingType::LongRope) {
             ld.optional(RopeFreqs, None, "weight", &n_factors)?
         } else {

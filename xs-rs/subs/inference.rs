@@ -1,11 +1,11 @@
 //! XS subs of Lugh::Inference. The options of new, sample and generate are
 //! declared here, once (tables of [`Opt`]); the spellings of forward live in
 //! Lugh/Inference.pm.
+use super::lora::lora_arg;
+use super::rope::rope_arg;
 use crate::engine::embedding::Pooling;
 use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX, MAX_THREADS};
-use super::lora::lora_arg;
-use super::rope::rope_arg;
 use crate::engine::logits::Logits;
 use crate::engine::model::Model;
 use crate::engine::sampler::{Sampler, SamplerOptions};

@@ -52,7 +52,11 @@ pub fn lora_arg(perl: Perl, sv: Sv) -> Result<AdapterUses, Error> {
         if items.len() == 2 && perl.ref_kind(items[1]) == 0 && perl.is_defined(items[1]) {
             return Ok(vec![adapter_use(perl, sv, "lora")?]);
         }
-        return items.iter().enumerate().map(|(i, &item)| adapter_use(perl, item, &format!("lora adapter {i}"))).collect();
+        return items
+            .iter()
+            .enumerate()
+            .map(|(i, &item)| adapter_use(perl, item, &format!("lora adapter {i}")))
+            .collect();
     }
     Ok(vec![adapter_use(perl, sv, "lora")?])
 }
