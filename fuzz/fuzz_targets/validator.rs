@@ -3,7 +3,7 @@
 //! finite-or-rejected, never a ggml abort or a fault.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lugh::engine::inference::{FlashAttn, InferenceOptions, Output, Runner};
+use lugh::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, Runner};
 mod common;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let mut cache = inference.new_cache().expect("a 32-token cache");
     let n_vocab = inference.n_vocab() as i32;
     let tokens: Vec<i32> = [1, 2, 3].iter().map(|t| t % n_vocab).collect();
-    if let Ok(rows) = inference.forward(&mut cache, &tokens, Output::Last, None) {
+    if let Ok(rows) = inference.forward(&mut cache, &tokens, Output::Last, None, &Overrides::NONE) {
         assert_eq!(rows[0].len(), n_vocab as usize);
     }
 });

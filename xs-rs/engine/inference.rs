@@ -615,6 +615,8 @@ impl Runner {
         result
     }
 
+    // run_step's arguments plus the scratch it lends
+    #[allow(clippy::too_many_arguments)]
     fn run_step_with(
         &self,
         segs: &mut [(&mut KvCache, &[i32])],

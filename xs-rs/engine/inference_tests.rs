@@ -139,7 +139,7 @@ fn parity(model_name: &str, flash: bool) {
     let mut failures = Vec::new();
     for case in &cases {
         let mut cache = inf.new_cache().unwrap();
-        let logits = inf.forward(&mut cache, &case.tokens, Output::Last, None).unwrap().remove(0);
+        let logits = inf.forward(&mut cache, &case.tokens, Output::Last, None, &Overrides::NONE).unwrap().remove(0);
         let diff = case.top.iter().map(|&(id, l)| (logits[id as usize] - l).abs()).fold(0.0, f32::max);
         worst = worst.max(diff);
         if diff > 0.05 {
@@ -152,7 +152,7 @@ fn parity(model_name: &str, flash: bool) {
             if next != want || i + 1 == case.greedy.len() {
                 break;
             }
-            let l = inf.forward(&mut cache, &[next], Output::Last, None).unwrap().remove(0);
+            let l = inf.forward(&mut cache, &[next], Output::Last, None, &Overrides::NONE).unwrap().remove(0);
             next = argmax(&l);
         }
         if got == case.greedy {
@@ -266,12 +266,12 @@ fn cache_token_by_token_equals_full_forward() {
             let inf = session(&model, flash, 256);
             let toks = natural_sequences(name, 1).remove(0);
             let mut full_cache = inf.new_cache().unwrap();
-            let full = inf.forward(&mut full_cache, &toks, Output::All, None).unwrap();
+            let full = inf.forward(&mut full_cache, &toks, Output::All, None, &Overrides::NONE).unwrap();
             let strict = !batch_dependent_kernels(&model, flash);
             let mut cache = inf.new_cache().unwrap();
             let mut worst = 0f32;
             for (i, &t) in toks.iter().enumerate() {
-                let l = inf.forward(&mut cache, &[t], Output::Last, None).unwrap().remove(0);
+                let l = inf.forward(&mut cache, &[t], Output::Last, None, &Overrides::NONE).unwrap().remove(0);
                 worst = worst.max(check_same(name, &format!("position {i}"), strict, &l, &full[i]));
             }
             eprintln!(
@@ -291,22 +291,22 @@ fn batch_equals_separate_forwards() {
             let inf = session(&model, flash, 256);
             let seqs = natural_sequences(name, 3);
             let mut caches: Vec<KvCache> = seqs.iter().map(|_| inf.new_cache().unwrap()).collect();
-            let batched = inf.forward_batch(&mut caches, &seqs, None).unwrap();
+            let batched = inf.forward_batch(&mut caches, &seqs, None, &Overrides::NONE).unwrap();
             let strict = !batch_dependent_kernels(&model, flash);
             let mut worst = 0f32;
             for (i, (s, b)) in seqs.iter().zip(&batched).enumerate() {
                 let mut c = inf.new_cache().unwrap();
-                let single = inf.forward(&mut c, s, Output::Last, None).unwrap().remove(0);
+                let single = inf.forward(&mut c, s, Output::Last, None, &Overrides::NONE).unwrap().remove(0);
                 worst = worst.max(check_same(name, &format!("sequence {i}"), strict, b, &single));
             }
             // a second step: one more token each, through the same caches
             let next: Vec<Vec<i32>> = seqs.iter().map(|s| vec![s[s.len() / 2]]).collect();
-            let batched2 = inf.forward_batch(&mut caches, &next, None).unwrap();
+            let batched2 = inf.forward_batch(&mut caches, &next, None, &Overrides::NONE).unwrap();
             for (i, ((s, x), b)) in seqs.iter().zip(&next).zip(&batched2).enumerate() {
                 let mut c = inf.new_cache().unwrap();
                 let mut all = s.clone();
                 all.extend(x);
-                let single = inf.forward(&mut c, &all, Output::Last, None).unwrap().remove(0);
+                let single = inf.forward(&mut c, &all, Output::Last, None, &Overrides::NONE).unwrap().remove(0);
                 worst = worst.max(check_same(name, &format!("sequence {i}, step 2"), strict, b, &single));
             }
             eprintln!("{name} flash {flash}: batch vs separate max diff {worst:.5} (strict {strict})");
@@ -322,22 +322,22 @@ fn pool_reuses_its_allocation() {
     let mut pool = inf.new_pool().unwrap();
     assert_eq!(pool.n_allocations(), 0);
     let mut cache = inf.new_cache().unwrap();
-    inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool)).unwrap();
+    inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
     let after_first = pool.n_allocations();
     assert!(after_first >= 1);
     for len in [8, 3, 1, 5, 8] {
         cache.clear();
-        inf.forward(&mut cache, &SENTENCE[..len], Output::Last, Some(&mut pool)).unwrap();
+        inf.forward(&mut cache, &SENTENCE[..len], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
     }
     // the cache growing past 256 cells attends more cells: still no new buffer
     cache.clear();
     for _ in 0..40 {
-        inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool)).unwrap();
+        inf.forward(&mut cache, &SENTENCE[..8], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
     }
     assert_eq!(pool.n_allocations(), after_first, "no new compute buffer for same-or-smaller inputs");
     pool.reset();
     cache.clear();
-    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, Some(&mut pool)).unwrap();
+    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
     assert_eq!(pool.n_allocations(), after_first + 1);
     assert_eq!(pool.backend_name(), "CPU");
 }
@@ -347,11 +347,11 @@ fn overflow_is_refused_before_computing() {
     let Some(model) = open(MODELS[0]) else { return };
     let inf = session(&model, true, 8);
     let mut cache = inf.new_cache().unwrap();
-    inf.forward(&mut cache, &SENTENCE[..6], Output::Last, None).unwrap();
-    let err = inf.forward(&mut cache, &SENTENCE[..3], Output::Last, None).unwrap_err();
+    inf.forward(&mut cache, &SENTENCE[..6], Output::Last, None, &Overrides::NONE).unwrap();
+    let err = inf.forward(&mut cache, &SENTENCE[..3], Output::Last, None, &Overrides::NONE).unwrap_err();
     assert!(matches!(err, Error::KvOverflow { needed: 9, capacity: 8 }), "{err}");
     assert_eq!(cache.n_cached(), 6, "nothing was appended");
-    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, None).unwrap();
+    inf.forward(&mut cache, &SENTENCE[..2], Output::Last, None, &Overrides::NONE).unwrap();
     assert_eq!(cache.n_cached(), 8);
     cache.resize(4).unwrap();
     assert_eq!(cache.n_cached(), 4);
@@ -365,13 +365,14 @@ fn bad_tokens_are_refused() {
     let Some(model) = open(MODELS[0]) else { return };
     let inf = session(&model, true, 64);
     let mut cache = inf.new_cache().unwrap();
-    let err = inf.forward(&mut cache, &[1, 2, 49152], Output::Last, None).unwrap_err();
+    let err = inf.forward(&mut cache, &[1, 2, 49152], Output::Last, None, &Overrides::NONE).unwrap_err();
     assert!(matches!(err, Error::TokenOutOfRange { pos: Some(2), id: 49152, n_vocab: 49152 }), "{err}");
     assert!(err.to_string().contains("[0, 49152)"));
-    let err = inf.forward(&mut cache, &[-1], Output::Last, None).unwrap_err();
+    let err = inf.forward(&mut cache, &[-1], Output::Last, None, &Overrides::NONE).unwrap_err();
     assert!(matches!(err, Error::TokenOutOfRange { pos: Some(0), id: -1, .. }));
-    assert!(inf.forward(&mut cache, &[], Output::Last, None).is_err());
-    let err = inf.forward_batch(&mut [inf.new_cache().unwrap()], &[vec![5, 99999]], None).unwrap_err();
+    assert!(inf.forward(&mut cache, &[], Output::Last, None, &Overrides::NONE).is_err());
+    let err =
+        inf.forward_batch(&mut [inf.new_cache().unwrap()], &[vec![5, 99999]], None, &Overrides::NONE).unwrap_err();
     assert!(matches!(err, Error::TokenOutOfRange { pos: Some(1), .. }));
     assert_eq!(cache.n_cached(), 0);
 }
@@ -407,10 +408,10 @@ fn forward_all_has_one_row_per_token_and_chunks_agree() {
     let small_batches = Runner::new(Arc::clone(&model), opts).unwrap();
     let inf = session(&model, true, 64);
     let mut c1 = small_batches.new_cache().unwrap();
-    let a = small_batches.forward(&mut c1, SENTENCE, Output::All, None).unwrap();
+    let a = small_batches.forward(&mut c1, SENTENCE, Output::All, None, &Overrides::NONE).unwrap();
     assert_eq!(a.len(), SENTENCE.len());
     let mut c2 = inf.new_cache().unwrap();
-    let b = inf.forward(&mut c2, SENTENCE, Output::Last, None).unwrap();
+    let b = inf.forward(&mut c2, SENTENCE, Output::Last, None, &Overrides::NONE).unwrap();
     assert_eq!(b.len(), 1);
     assert!(max_diff(a.last().unwrap(), &b[0]) <= 0.02);
 }
@@ -435,13 +436,13 @@ fn bench_pp64_tg32() {
         // rep 0 warms up; the others are averaged, as llama-bench does
         let mut cache = inf.new_cache().unwrap();
         let t = std::time::Instant::now();
-        inf.forward(&mut cache, &prompt, Output::Last, Some(&mut pool)).unwrap();
+        inf.forward(&mut cache, &prompt, Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
         let pp_rate = 64.0 / t.elapsed().as_secs_f64();
         cache.clear();
-        inf.forward(&mut cache, &prompt[..1], Output::Last, Some(&mut pool)).unwrap();
+        inf.forward(&mut cache, &prompt[..1], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
         let t = std::time::Instant::now();
         for i in 1..33 {
-            inf.forward(&mut cache, &prompt[i..i + 1], Output::Last, Some(&mut pool)).unwrap();
+            inf.forward(&mut cache, &prompt[i..i + 1], Output::Last, Some(&mut pool), &Overrides::NONE).unwrap();
         }
         if rep > 0 {
             pp.push(pp_rate);
@@ -464,7 +465,7 @@ fn probe_top_logits() {
     let inf = session(&model, parts[1] == "on", 1024);
     let tokens: Vec<i32> = parts[2].split(',').map(|t| t.parse().unwrap()).collect();
     let mut cache = inf.new_cache().unwrap();
-    let logits = inf.forward(&mut cache, &tokens, Output::Last, None).unwrap().remove(0);
+    let logits = inf.forward(&mut cache, &tokens, Output::Last, None, &Overrides::NONE).unwrap().remove(0);
     let mut ids: Vec<usize> = (0..logits.len()).collect();
     ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     let top: Vec<String> = ids[..8].iter().map(|&i| format!("[{i},{:.5}]", logits[i])).collect();

@@ -5,7 +5,7 @@
 //! what it computes from the cache it saved.
 use super::*;
 use crate::engine::ggml_runtime::Device;
-use crate::engine::inference::{FlashAttn, InferenceOptions, Output};
+use crate::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides};
 use crate::engine::model::Model;
 use crate::engine::session::Inference;
 use std::sync::Arc;
@@ -297,7 +297,7 @@ fn a_session_continues_from_a_loaded_cache_as_from_the_saved_one() {
     for flash in [false, true] {
         let first = inference(&path, true, flash, 256);
         let cache = first.new_cache().expect("cache");
-        first.forward(&prompt, Some(&cache), None, Output::Last).expect("prefill");
+        first.forward(&prompt, Some(&cache), None, Output::Last, &Overrides::NONE).expect("prefill");
         let file = dir.file(&format!("fa-{flash}.kv"));
         cache.save(&file).expect("saved");
         // another model object, read without mmap: the same file, the same fingerprint
@@ -305,8 +305,8 @@ fn a_session_continues_from_a_loaded_cache_as_from_the_saved_one() {
         let loaded = second.load_cache(&file).expect("loaded");
         assert_eq!(loaded.with(|kv| Ok(kv.tokens().to_vec())).unwrap(), prompt);
         for next in [[504], [3575]] {
-            let a = first.forward(&next, Some(&cache), None, Output::Last).expect("continued");
-            let b = second.forward(&next, Some(&loaded), None, Output::Last).expect("continued");
+            let a = first.forward(&next, Some(&cache), None, Output::Last, &Overrides::NONE).expect("continued");
+            let b = second.forward(&next, Some(&loaded), None, Output::Last, &Overrides::NONE).expect("continued");
             assert!(a[0] == b[0], "flash {flash}: the same logits, bit for bit");
         }
         let other_ctx = inference(&path, true, flash, 512);
