@@ -17,6 +17,10 @@ use Lugh;
 my %rope = (
     'rope-linear' => Lugh::RoPE->new(scaling_type => 'linear', freq_scale => 0.5),
     'rope-yarn'   => Lugh::RoPE->new(scaling_type => 'yarn', freq_scale => 0.25, n_ctx_orig => 256),
+    # every YaRN parameter set (--rope-freq-base 20000 --yarn-ext-factor 0.5
+    # --yarn-beta-fast 16 --yarn-beta-slow 2)
+    'rope-yarn-custom' => Lugh::RoPE->yarn(256, 1024, freq_base => 20000, ext_factor => 0.5, beta_fast => 16,
+        beta_slow => 2),
 );
 for my $set (sort keys %rope) {
     my $checked = run_parity_set(

@@ -33,6 +33,21 @@ my $checked = run_parity_set(
 );
 diag("lora: $checked cases checked");
 
+# Two adapters (here the same one twice, at 0.5 and 0.25), as llama.cpp
+# applies several: --lora A --lora-scale 0.5 --lora A --lora-scale 0.25.
+$checked = run_parity_set(
+    set       => 'lora-two',
+    models    => \@LORA_MODELS,
+    tolerance => 0.05,
+    greedy    => 16,
+    call      => sub {
+        my ($name, $model) = @_;
+        my @two = map { Lugh::LoRA->new(adapter => $adapters{$name}{gguf}, model => $model) } 1, 2;
+        return (lora => [ [ $two[0], 0.5 ], [ $two[1], 0.25 ] ]);
+    },
+);
+diag("lora-two: $checked cases checked");
+
 my $smol  = Lugh::Model->new(model => model_path('smollm2-135m-q4_1'));
 my $qwen  = Lugh::Model->new(model => model_path('qwen2.5-coder-0.5b-q4_k_m'));
 my @tokens = (504, 3575, 282, 4649, 314, 1604, 3987, 46477, 24, 94, 727);

@@ -93,7 +93,7 @@ impl Blueprint<'_> {
 
         let w = self.weights;
         let mut inp_l = g.get_rows(w.tok_embd, tokens);
-        for (adapter, scale) in self.adapters {
+        for (adapter, scale) in active(self.adapters) {
             // llama.cpp's build_inp_embd: B times A's rows of the tokens
             if let Some(p) = adapter.get("token_embd.weight") {
                 let delta = g.mul_mat(p.b, g.get_rows(p.a, tokens));
@@ -183,6 +183,13 @@ impl Blueprint<'_> {
     }
 }
 
+/// The adapters a graph applies, in llama.cpp's order: it keeps them in an
+/// unordered map, which (libstdc++) gives them back newest first, and it
+/// leaves out those at scale 0. The order matters in the last bits.
+fn active(adapters: &[(Arc<LoraAdapter>, f32)]) -> impl Iterator<Item = &(Arc<LoraAdapter>, f32)> {
+    adapters.iter().rev().filter(|(_, scale)| *scale != 0.0)
+}
+
 fn name(t: Tensor, label: &str, il: Option<usize>) {
     match il {
         Some(il) => t.set_name(&format!("{label}-{il}")),
@@ -230,7 +237,7 @@ impl Builder<'_, '_> {
             return res;
         }
         let name = w.name();
-        for (adapter, scale) in self.bp.adapters {
+        for (adapter, scale) in active(self.bp.adapters) {
             let Some(p) = adapter.get(&name) else { continue };
             // a token_embd pair (made for the lookup) at a tied output: not a projection's
             if p.a.ne()[0] != x.ne()[0] {
