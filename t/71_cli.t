@@ -69,7 +69,12 @@ subtest 'runtime errors: one line, status 1' => sub {
     print {$fh} "not a model";
     close $fh;
     for my $case ([ [qw(info /no/such/file.gguf)], qr/no such file: \/no\/such\/file\.gguf/ ],
-        [ [ 'info', "$dir/bad.gguf" ], qr/bad\.gguf/ ], [ [ 'generate', "$dir/bad.gguf", 'hi' ], qr/bad\.gguf/ ])
+        [ [ 'info', "$dir/bad.gguf" ], qr/bad\.gguf/ ], [ [ 'generate', "$dir/bad.gguf", 'hi' ], qr/bad\.gguf/ ],
+        (model_path('smollm2-135m-q4_1') ? (
+            [ [ 'generate', '--lora', '/no/such/adapter.gguf', model_path('smollm2-135m-q4_1'), 'hi' ],
+                qr/Lugh::LoRA->new: cannot read '\/no\/such\/adapter\.gguf'/ ],
+            [ [ 'generate', '--rope-scaling', 'dynamic', model_path('smollm2-135m-q4_1'), 'hi' ],
+                qr/rope scaling_type 'dynamic' is not known/ ]) : ()))
     {
         my ($args, $re) = @$case;
         my ($out, $err, $status) = lugh(undef, @$args);
@@ -88,6 +93,17 @@ SKIP: {
         is($status, 0, 'status 0');
         like($out, qr/\AThe capital of France is .+\n\z/s, 'the prompt, then the continuation');
         my ($quiet) = lugh(undef, @g[ 0 .. 3 ], '--no-echo', $model, 'The capital of France is');
+        # --lora and --rope-* reach the session: the same tokens as the API gives
+        require Lugh;
+        my $m = Lugh::Model->new(model => $model);
+        my $inf = Lugh::Inference->new(model => $m);
+        my $tok = Lugh::Tokenizer->new(model => $m);
+        my @prompt = $tok->encode('The capital of France is');
+        my $rope = Lugh::RoPE->new(scaling_type => 'yarn', freq_scale => 0.5, n_ctx_orig => 4);
+        my ($yarn) = lugh(undef, @g[ 0 .. 3 ], qw(--no-echo --rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 4),
+            $model, 'The capital of France is');
+        is($yarn, $tok->decode([ $inf->generate(\@prompt, greedy => 1, max_tokens => 8, rope => $rope) ]) . "\n",
+            '--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 4');
         is("The capital of France is$quiet", $out, '--no-echo prints only the continuation');
         my ($stdin) = lugh("The capital of France is", @g, '-');
         is($stdin, $out, 'the prompt from standard input');

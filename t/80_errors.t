@@ -17,7 +17,7 @@ subtest 'new' => sub {
     croaks_like(sub { Lugh::Inference->new(model => bless {}, 'Lugh::Model') }, qr/not a Lugh::Model object/,
         'a hand-blessed hash');
     croaks_like(sub { Lugh::Inference->new(model => $model, n_tread => 2) },
-        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, model, n_batch, n_ctx, n_threads\)/,
+        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, model, n_batch, n_ctx, n_threads, rope\)/,
         'unknown option');
     croaks_like(sub { Lugh::Inference->new(model => $model, 'n_ctx') }, qr/name => value pairs/, 'odd options');
     croaks_like(sub { Lugh::Inference->new(model => $model, backend => 'NoSuch') }, qr/NoSuch.*CPU/,
@@ -53,10 +53,13 @@ subtest 'forward' => sub {
     croaks_like(sub { $inference->forward([ 1, 2.5 ]) }, qr/must be an integer, got 2.5/, 'fractional id');
     croaks_like(sub { $inference->forward([ 1, undef ]) }, qr/tokens element 1 is missing \(undef\)/, 'undef id');
     croaks_like(sub { $inference->forward([ 2**40 ]) }, qr/out of range/, 'huge id');
-    croaks_like(sub { $inference->forward(tokens => [1], lora => 1) },
-        qr/unknown option 'lora' \(valid options: as_object, cache, caches, pool, sequences, tokens\)/, 'unknown option');
+    croaks_like(sub { $inference->forward(tokens => [1], adapter => 1) },
+        qr/unknown option 'adapter' \(valid options: as_object, cache, caches, lora, pool, rope, sequences, tokens\)/,
+        'unknown option');
+    croaks_like(sub { $inference->forward(tokens => [1], lora => 1) }, qr/lora must be a Lugh::LoRA object, got 1/,
+        'lora => a number');
     croaks_like(sub { $inference->forward_simple(tokens => [1], cache => 1) },
-        qr/unknown option 'cache' \(valid options: tokens\)/, 'forward_simple takes only tokens');
+        qr/unknown option 'cache' \(valid options: lora, rope, tokens\)/, 'forward_simple takes no cache');
     croaks_like(sub { $inference->forward(tokens => [1], sequences => [[1]]) }, qr/not both/, 'tokens and sequences');
     croaks_like(sub { $inference->forward(tokens => [1], cache => 'c') }, qr/not a Lugh::KVCache object \(got c\)/,
         'cache not a cache');

@@ -24,7 +24,7 @@ subtest 'new' => sub {
     croaks_like(sub { Lugh::Inference->new }, qr/missing model/, 'no model');
     croaks_like(sub { Lugh::Inference->new(model => 'file.gguf') }, qr/not a Lugh::Model object/, 'model not an object');
     croaks_like(sub { Lugh::Inference->new(model => $model, n_tread => 2) },
-        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, model, n_batch, n_ctx, n_threads\)/,
+        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, model, n_batch, n_ctx, n_threads, rope\)/,
         'unknown option');
     croaks_like(sub { Lugh::Inference->new(model => $model, backend => 'NoSuch') }, qr/NoSuch.*CPU/,
         'unknown backend lists those available');
@@ -50,7 +50,9 @@ subtest 'forward' => sub {
     croaks_like(sub { $inference->forward([ 1, undef ]) }, qr/tokens element 1 is missing \(undef\)/, 'undef id');
     croaks_like(sub { $inference->forward([ 2**40 ]) }, qr/out of range/, 'huge id');
     croaks_like(sub { $inference->forward({}) }, qr/tokens must be an ARRAY reference/, 'a hash');
-    croaks_like(sub { $inference->forward(tokens => [1], lora => 1) }, qr/unknown option 'lora'/, 'unknown option');
+    croaks_like(sub { $inference->forward(tokens => [1], adapter => 1) }, qr/unknown option 'adapter'/, 'unknown option');
+    croaks_like(sub { $inference->forward(tokens => [1], lora => 1) }, qr/lora must be a Lugh::LoRA object/,
+        'lora => a number');
     croaks_like(sub { $inference->forward(tokens => [1], cache => 'c') }, qr/not a Lugh::KVCache object \(got c\)/,
         'cache not a cache');
     croaks_like(sub { $inference->forward(tokens => [1], pool => $inference) }, qr/not a Lugh::MemoryPool object/,
