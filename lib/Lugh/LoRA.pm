@@ -52,7 +52,7 @@ Lugh::LoRA - LoRA adapters: fine-tuned behaviour on top of a base model
 
 A LoRA adapter holds, for some of a model's projection weights W, two small
 matrices A and B (rank r). With the adapter a projection computes
-C<W·x + scale·(alpha/r)·B·(A·x)>, as llama.cpp's C<build_lora_mm> does: the
+C<W*x + scale*(alpha/r)*B*(A*x)>, as llama.cpp's C<build_lora_mm> does: the
 logits with an adapter equal llama.cpp's with the same adapter and scale
 (C<--lora-scaled>). The base weights are never changed, so one model serves
 calls with and without adapters, and with several at once.

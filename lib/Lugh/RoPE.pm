@@ -105,19 +105,16 @@ Lugh::RoPE - RoPE (rotary position embedding) scaling: reaching past a model's t
     use Lugh;
 
     my $rope = Lugh::RoPE->linear(8192, 16384);          # 2x: freq_scale 0.5
-    print $rope->scaling_type_name, ' ', $rope->freq_scale, "\n";
-    # EXPECTED: linear 0.5
+    print $rope->scaling_type_name, ' ', $rope->freq_scale, "\n";    # linear 0.5
 
     my $yarn = Lugh::RoPE->yarn(4096, 32768, beta_fast => 32);
-    print $yarn->freq_scale, "\n";
-    # EXPECTED: 0.125
+    print $yarn->freq_scale, "\n";    # 0.125
 
     # for a whole session, or for one call
     my $model     = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
     my $inference = Lugh::Inference->new(model => $model, n_ctx => 512, rope => $rope);
     my @logits    = $inference->forward(tokens => [ 1, 2, 3 ], rope => $yarn);
-    print scalar(@logits), "\n";
-    # EXPECTED: 49152
+    print scalar(@logits), "\n";    # 49152
 
 =head1 DESCRIPTION
 
@@ -162,8 +159,7 @@ continue a cache with the settings that filled it.
         beta_fast    => 32.0,        # YaRN: the band counted as high-frequency from here
         beta_slow    => 1.0,         # YaRN: the band counted as low-frequency from here
     );
-    print $rope->freq_scale, "\n";
-    # EXPECTED: 0.125
+    print $rope->freq_scale, "\n";    # 0.125
 
 Every option is optional; C<Lugh::RoPE-E<gt>new> alone is C<none>. When
 C<freq_scale> is 0 and both contexts are known it is C<n_ctx_orig /
@@ -175,24 +171,21 @@ unknown scaling type croaks, naming it.
 =head2 none
 
     my $rope = Lugh::RoPE->none;
-    print $rope->scaling_type_name, ' ', $rope->freq_scale, "\n";
-    # EXPECTED: none 1
+    print $rope->scaling_type_name, ' ', $rope->freq_scale, "\n";    # none 1
 
 No scaling, whatever the model asks for.
 
 =head2 linear
 
     my $rope = Lugh::RoPE->linear(2048, 8192);
-    print $rope->freq_scale, "\n";
-    # EXPECTED: 0.25
+    print $rope->freq_scale, "\n";    # 0.25
 
 Linear interpolation from C<$n_ctx_orig> to C<$target_ctx> positions.
 
 =head2 yarn
 
     my $rope = Lugh::RoPE->yarn(4096, 32768, beta_fast => 16.0, beta_slow => 2.0);
-    print $rope->scaling_type_name, ' ', $rope->beta_fast, "\n";
-    # EXPECTED: yarn 16
+    print $rope->scaling_type_name, ' ', $rope->beta_fast, "\n";    # yarn 16
 
 YaRN from C<$n_ctx_orig> to C<$target_ctx>; the other options of L</new>
 may follow.
@@ -200,8 +193,7 @@ may follow.
 =head2 from_model
 
     my $rope = Lugh::RoPE->from_model($model);
-    print $rope->scaling_type_name, ' ', $rope->n_ctx_orig, ' ', $rope->freq_base, "\n";
-    # EXPECTED: linear 8192 100000
+    print $rope->scaling_type_name, ' ', $rope->n_ctx_orig, ' ', $rope->freq_base, "\n";    # linear 8192 100000
 
 The model's own settings as a configuration: giving it to a session changes
 nothing. Useful to read them, or to start from them.
@@ -210,28 +202,23 @@ nothing. Useful to read them, or to start from them.
 
 =head2 linear_2x
 
-    print Lugh::RoPE->linear_2x(4096)->target_ctx, "\n";
-    # EXPECTED: 8192
+    print Lugh::RoPE->linear_2x(4096)->target_ctx, "\n";    # 8192
 
 =head2 linear_4x
 
-    print Lugh::RoPE->linear_4x(4096)->target_ctx, "\n";
-    # EXPECTED: 16384
+    print Lugh::RoPE->linear_4x(4096)->target_ctx, "\n";    # 16384
 
 =head2 yarn_32k
 
-    print Lugh::RoPE->yarn_32k(4096)->freq_scale, "\n";
-    # EXPECTED: 0.125
+    print Lugh::RoPE->yarn_32k(4096)->freq_scale, "\n";    # 0.125
 
 =head2 yarn_64k
 
-    print Lugh::RoPE->yarn_64k(4096)->target_ctx, "\n";
-    # EXPECTED: 65536
+    print Lugh::RoPE->yarn_64k(4096)->target_ctx, "\n";    # 65536
 
 =head2 yarn_128k
 
-    print Lugh::RoPE->yarn_128k(4096)->target_ctx, "\n";
-    # EXPECTED: 131072
+    print Lugh::RoPE->yarn_128k(4096)->target_ctx, "\n";    # 131072
 
 Linear scaling to twice or four times C<$n_ctx_orig>, and YaRN to 32K, 64K
 or 128K positions.
@@ -242,10 +229,9 @@ Read-only; each returns what the object was made with (after C<freq_scale>
 was computed):
 
     my $rope = Lugh::RoPE->yarn(4096, 16384);
-    printf "%d %s %d %d %g %g %g %g %g %g\n", $rope->scaling_type, $rope->scaling_type_name,
-        $rope->n_ctx_orig, $rope->target_ctx, $rope->freq_base, $rope->freq_scale,
-        $rope->ext_factor, $rope->attn_factor, $rope->beta_fast, $rope->beta_slow;
-    # EXPECTED: 2 yarn 4096 16384 0 0.25 -1 1 32 1
+    my @values = map { $rope->$_ } qw(scaling_type scaling_type_name n_ctx_orig target_ctx freq_base freq_scale
+        ext_factor attn_factor beta_fast beta_slow);
+    print "@values\n";    # 2 yarn 4096 16384 0 0.25 -1 1 32 1
 
 =head2 scaling_type
 
@@ -261,11 +247,14 @@ The values of L</new>'s options.
 
 =head1 CONSTANTS
 
-    print join(' ', Lugh::RoPE::ROPE_SCALING_NONE, Lugh::RoPE::ROPE_SCALING_LINEAR,
-        Lugh::RoPE::ROPE_SCALING_YARN, Lugh::RoPE::ROPE_SCALING_LONGROPE), "\n";
-    # EXPECTED: 0 1 2 3
+    my @types = (Lugh::RoPE::ROPE_SCALING_NONE, Lugh::RoPE::ROPE_SCALING_LINEAR, Lugh::RoPE::ROPE_SCALING_YARN,
+        Lugh::RoPE::ROPE_SCALING_LONGROPE);
+    print "@types\n";    # 0 1 2 3
 
 =head2 ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN, ROPE_SCALING_LONGROPE
+
+The scaling types as integers, for C<scaling_type> (L</new> takes them or
+the names).
 
 =head1 SEE ALSO
 
