@@ -70,6 +70,7 @@ require Lugh::MemoryPool;
 require Lugh::Logits;
 require Lugh::Prompt;
 require Lugh::Chat;
+require Lugh::Speculative;
 require Lugh::ModelStore;
 
 sub version { return $VERSION }

@@ -41,6 +41,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The most tokens drafted per step (Lugh 0.12's limit).
 pub const MAX_K: usize = 16;
 
+/// `k` as a caller gave it: 1..=MAX_K, else an error naming the range.
+pub fn check_k(k: i64) -> Result<usize> {
+    if (1..=MAX_K as i64).contains(&k) {
+        Ok(k as usize)
+    } else {
+        Err(Error::Argument(format!("k must be between 1 and {MAX_K}, got {k}")))
+    }
+}
+
 /// A model that can also give the logits of every token it evaluates.
 pub trait BatchSource: LogitsSource {
     /// Appends `tokens` to the context and passes each token's logits (the
@@ -501,9 +510,7 @@ impl Speculative {
     /// Checks k, the sampling options and that the draft model shares the
     /// main model's vocabulary.
     pub fn new(main: Arc<Inference>, draft: Draft, options: SpecOptions) -> Result<Speculative> {
-        if !(1..=MAX_K).contains(&options.k) {
-            return Err(Error::Argument(format!("k must be between 1 and {MAX_K}, got {}", options.k)));
-        }
+        check_k(i64::try_from(options.k).unwrap_or(i64::MAX))?;
         options.sampler.validate()?;
         let s = &options.sampler;
         if s.repeat_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0 {

@@ -8,6 +8,7 @@ mod lugh;
 mod memory_pool;
 mod model;
 mod prompt;
+mod speculative;
 mod tokenizer;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
@@ -30,6 +31,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         logits::SUBS,
         memory_pool::SUBS,
         prompt::SUBS,
+        speculative::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);
