@@ -352,7 +352,7 @@ fn residual_of(p: &Candidates, q: &Dist, n_vocab: usize, dense: &mut Vec<f32>, o
         dense[id as usize] = 0.0;
     }
     let sum: f32 = out.probs.iter().sum();
-    if !(sum > 0.0) {
+    if sum <= 0.0 {
         out.copy_from(p);
         return;
     }
