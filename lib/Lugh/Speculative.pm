@@ -262,7 +262,7 @@ compute pools now rather than at the first call. Returns 1.
     $spec->reset;
 
 Empties the KV caches and forgets the remembered draft; the next call
-evaluates its whole context. The statistics stay (see L</reset_stats>).
+evaluates its whole context. The statistics stay (C<reset_stats> clears them).
 
 =head2 k, temperature, top_p, top_k, min_p, n_vocab, draft_type
 
