@@ -72,6 +72,7 @@ require Lugh::Prompt;
 require Lugh::RoPE;
 require Lugh::LoRA;
 require Lugh::Chat;
+require Lugh::Speculative;
 require Lugh::ModelStore;
 
 sub version { return $VERSION }

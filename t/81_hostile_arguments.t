@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -100,8 +100,11 @@ sub make_fixtures {
     $dec    = $tok->decoder;
     $lora   = Lugh::LoRA->new(adapter => $adapter, model => $model);
     $rope   = Lugh::RoPE->yarn(64, 256);
+    $spec   = Lugh::Speculative->new(inference => $inf, draft => $inf, k => 2, temperature => 0.7);
 }
-sub free_fixtures { undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope }
+sub free_fixtures {
+    undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec;
+}
 
 # name => the argument list of a valid call (for a method, the invocant first).
 my %CALLS = (
@@ -200,6 +203,17 @@ my %CALLS = (
     (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($prompt) }) } qw(format_name template)),
     (map { my $m = $_; ("Lugh::Prompt::$m" => sub { ($msg) }) }
         qw(alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr)),
+
+    'Lugh::Speculative::new'       => sub {
+        ('Lugh::Speculative', inference => $inf, draft => $inf, k => 2, temperature => 0.7, top_p => 0.9, seed => 1)
+    },
+    'Lugh::Speculative::generate'  => sub { ($spec, [ 1, 2, 3 ], max_tokens => 3, seed => 2, callback => sub {0}) },
+    'Lugh::Speculative::step'      => sub { ($spec, [ 1, 2, 3 ]) },
+    'Lugh::Speculative::draft_tokens'  => sub { ($spec, [ 1, 2, 3 ], 2) },
+    'Lugh::Speculative::verify_tokens' => sub { ($spec, [ 1, 2, 3 ], [ 4, 5 ]) },
+    (map { my $m = $_; ("Lugh::Speculative::$m" => sub { ($spec) }) }
+        qw(acceptance_rate draft_type init_caches k min_p n_vocab reset reset_stats temperature tokens_accepted
+        tokens_drafted top_k top_p total_steps)),
 
     'Lugh::ModelStore::model_dir'  => sub { () },
     'Lugh::ModelStore::catalogue'  => sub { () },

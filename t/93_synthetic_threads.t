@@ -25,7 +25,10 @@ $inference->forward_cache($cache, [ @prompt[ 0, 1 ] ]);
 
 sub same { my ($a, $b) = @_; return @$a == @$b && !grep { abs($a->[$_] - $b->[$_]) > 1e-4 } 0 .. $#$a }
 
-for my $class (qw(Lugh::Model Lugh::Inference Lugh::KVCache Lugh::MemoryPool)) {
+my $spec = Lugh::Speculative->new(inference => $inference, draft => 'ngram', temperature => 0);
+$spec->generate(\@prompt, 2);
+
+for my $class (qw(Lugh::Model Lugh::Inference Lugh::KVCache Lugh::MemoryPool Lugh::Speculative)) {
     is($class->CLONE_SKIP, 1, "$class: CLONE_SKIP");
 }
 
@@ -49,6 +52,7 @@ SKIP: {
 is($cache->n_cached, 2, 'the parent\'s cache is intact');
 my @l = $inference->forward_cache_pool($cache, $pool, [ @prompt[ 2 .. $#prompt ] ]);
 ok(!grep({ abs($l[$_] - $logits[$_]) > 0.02 } 0 .. $#l), 'the parent\'s objects still work');
+is(scalar @{ $spec->generate(\@prompt, 2) }, 2, '... a Lugh::Speculative too');
 
 # A session keeps its CPU worker threads between passes; a forked child has
 # none, so it must start its own rather than wait for them (alarm: no hang).

@@ -307,7 +307,7 @@ pub fn generate<E: From<Error>>(
     Ok(result)
 }
 
-fn common_prefix(a: &[i32], b: &[i32]) -> usize {
+pub(crate) fn common_prefix(a: &[i32], b: &[i32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

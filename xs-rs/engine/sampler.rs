@@ -113,6 +113,18 @@ impl Candidates {
         self.sorted = false;
     }
 
+    /// These (id, logit) pairs, unsorted.
+    pub fn set(&mut self, pairs: impl Iterator<Item = (i32, f32)>) {
+        self.ids.clear();
+        self.logits.clear();
+        for (id, logit) in pairs {
+            self.ids.push(id);
+            self.logits.push(logit);
+        }
+        self.probs.clear();
+        self.sorted = false;
+    }
+
     pub fn len(&self) -> usize {
         self.ids.len()
     }
@@ -433,8 +445,23 @@ impl Sampler {
         Ok(Sampler { options, rng, cands: Candidates::default(), penalties, sorted_history })
     }
 
-    /// The next token for `logits`, penalising tokens of `history`.
+    /// The next token for `logits`, penalising tokens of `history`: a draw
+    /// from [`Sampler::distribution`] (greedy: its one token, no draw).
     pub fn sample(&mut self, logits: &[f32], history: &[i32]) -> Result<i32> {
+        let greedy = self.options.greedy || self.options.temperature <= 0.0;
+        self.distribution(logits, history)?;
+        if greedy {
+            return Ok(self.cands.ids[0]);
+        }
+        let r = self.rng.next_f64() as f32;
+        Ok(draw(&self.cands.ids, &self.cands.probs, r))
+    }
+
+    /// The distribution `sample` draws from: the candidates the chain
+    /// leaves, best first, with their probabilities (`probs`, summing to 1).
+    /// Greedy: the best token alone, with probability 1. Speculative
+    /// decoding compares these distributions of two models.
+    pub fn distribution(&mut self, logits: &[f32], history: &[i32]) -> Result<&Candidates> {
         if logits.is_empty() {
             return Err(Error::Argument("logits are empty".into()));
         }
@@ -448,9 +475,10 @@ impl Sampler {
         if logits.contains(&f32::INFINITY) {
             // The softmax's limit: the +inf tokens share all the probability
             // (the chain would compute inf - inf = NaN).
-            let winners: Vec<usize> = (0..logits.len()).filter(|&i| logits[i] == f32::INFINITY).collect();
-            let pick = if greedy { 0 } else { (self.rng.next_f64() * winners.len() as f64) as usize };
-            return Ok(winners[pick.min(winners.len() - 1)] as i32);
+            let winners = (0..logits.len()).filter(|&i| logits[i] == f32::INFINITY);
+            self.cands.set(winners.take(if greedy { 1 } else { usize::MAX }).map(|i| (i as i32, 0.0)));
+            self.cands.softmax();
+            return Ok(&self.cands);
         }
         if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
             return Err(Error::Argument("every logit is -inf: there is no token to draw".into()));
@@ -459,7 +487,10 @@ impl Sampler {
         if greedy && no_penalties {
             // the chain would change nothing: the first largest logit, without
             // copying a whole vocabulary of candidates per token
-            return Ok(first_max_of_numbers(logits) as i32);
+            let best = first_max_of_numbers(logits);
+            self.cands.set(std::iter::once((best as i32, logits[best])));
+            self.cands.softmax();
+            return Ok(&self.cands);
         }
         if no_penalties {
             self.penalties.counts.clear();
@@ -470,34 +501,31 @@ impl Sampler {
         let (mut top_k, mut top_p, mut min_p, mut temperature) =
             (TopK(o.top_k), TopP(o.top_p), MinP(o.min_p), Temperature(o.temperature));
         let chain: [&mut dyn Step; 5] = [&mut self.penalties, &mut top_k, &mut top_p, &mut min_p, &mut temperature];
-        // greedy: the penalties, then the best
+        // greedy: the penalties, then the best (temperature 0 keeps it alone)
         let steps = if greedy { 1 } else { chain.len() };
         for step in chain.into_iter().take(steps) {
             step.apply(&mut self.cands);
         }
         if greedy {
-            return Ok(self.cands.ids[self.cands.argmax()]);
+            Temperature(0.0).apply(&mut self.cands);
         }
-        let mut cands = std::mem::take(&mut self.cands);
-        let id = self.draw(&mut cands);
-        self.cands = cands;
-        Ok(id)
+        self.cands.softmax();
+        Ok(&self.cands)
     }
+}
 
-    /// The final step: a draw from the softmax of what is left.
-    fn draw(&mut self, cands: &mut Candidates) -> i32 {
-        cands.softmax();
-        let r = self.rng.next_f64() as f32;
-        let mut sum = 0.0f32;
-        for (id, p) in cands.ids.iter().zip(&cands.probs) {
-            sum += p;
-            if r < sum {
-                return *id;
-            }
+/// A draw from a distribution: the first candidate whose cumulative
+/// probability passes `r` (uniform in [0, 1)).
+pub fn draw(ids: &[i32], probs: &[f32], r: f32) -> i32 {
+    let mut sum = 0.0f32;
+    for (id, p) in ids.iter().zip(probs) {
+        sum += p;
+        if r < sum {
+            return *id;
         }
-        // Rounding can leave the sum a hair under r: the last candidate then.
-        *cands.ids.last().expect("at least one candidate")
     }
+    // Rounding can leave the sum a hair under r: the last candidate then.
+    *ids.last().expect("at least one candidate")
 }
 
 #[cfg(test)]

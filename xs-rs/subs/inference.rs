@@ -89,7 +89,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
 
 /// The sampling options of sample() and generate() (defaults:
 /// [`SamplerOptions`]; the engine checks the ranges).
-const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
+pub(crate) const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
     Opt::new("greedy", |perl, sv, o| set(&mut o.greedy, perl.bool_arg(sv, "greedy"))),
     Opt::new("temperature", |perl, sv, o| {
         set(&mut o.temperature, perl.number_arg(sv, "temperature").map(|v| v as f32))
@@ -344,7 +344,7 @@ fn count_arg(perl: Perl, sv: Sv, what: &str, min: i64) -> Result<usize, Error> {
 }
 
 /// An integer in `min..=max`, checked before any cast.
-fn ranged_arg(perl: Perl, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
+pub(crate) fn ranged_arg(perl: Perl, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
     let v = perl.int_arg(sv, what)?;
     if v < min {
         return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));

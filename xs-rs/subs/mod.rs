@@ -10,6 +10,7 @@ mod memory_pool;
 mod model;
 mod prompt;
 mod rope;
+mod speculative;
 mod tokenizer;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
@@ -34,6 +35,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         memory_pool::SUBS,
         prompt::SUBS,
         rope::SUBS,
+        speculative::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);
