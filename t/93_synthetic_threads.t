@@ -27,8 +27,10 @@ sub same { my ($a, $b) = @_; return @$a == @$b && !grep { abs($a->[$_] - $b->[$_
 
 my $spec = Lugh::Speculative->new(inference => $inference, draft => 'ngram', temperature => 0);
 $spec->generate(\@prompt, 2);
+my $rope = Lugh::RoPE->linear_2x(64);
+my @scaled = $inference->forward(\@prompt, rope => $rope);
 
-for my $class (qw(Lugh::Model Lugh::Inference Lugh::KVCache Lugh::MemoryPool Lugh::Speculative)) {
+for my $class (qw(Lugh::Model Lugh::Inference Lugh::KVCache Lugh::MemoryPool Lugh::Speculative Lugh::RoPE Lugh::LoRA)) {
     is($class->CLONE_SKIP, 1, "$class: CLONE_SKIP");
 }
 
@@ -53,6 +55,7 @@ is($cache->n_cached, 2, 'the parent\'s cache is intact');
 my @l = $inference->forward_cache_pool($cache, $pool, [ @prompt[ 2 .. $#prompt ] ]);
 ok(!grep({ abs($l[$_] - $logits[$_]) > 0.02 } 0 .. $#l), 'the parent\'s objects still work');
 is(scalar @{ $spec->generate(\@prompt, 2) }, 2, '... a Lugh::Speculative too');
+ok(same([ $inference->forward(\@prompt, rope => $rope) ], \@scaled), '... and a Lugh::RoPE');
 
 # A session keeps its CPU worker threads between passes; a forked child has
 # none, so it must start its own rather than wait for them (alarm: no hang).

@@ -28,6 +28,9 @@ sub new {
     return _new($class, $path, $opt{model}, $opt{scale} // 1.0);
 }
 
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
 1;
 
 __END__

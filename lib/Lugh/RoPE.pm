@@ -92,6 +92,9 @@ sub _contexts {
     return;
 }
 
+# Objects hold native state that must not be copied into a new thread.
+sub CLONE_SKIP { 1 }
+
 1;
 
 __END__
