@@ -33,9 +33,14 @@ sub cosine_distance {
 # The reference set to compare with: this build's variant when it has the
 # files (then Lugh must agree to llama.cpp's printed precision), else any
 # other (then only as closely as kernel families agree).
+# LUGH_PARITY_VARIANT names the set to compare with, as in t/50_parity.t
+# (CI uses it to run the cross-variant comparison on every machine).
 sub reference_for {
     my ($file) = @_;
     my $root = reference_dir();
+    if (my $asked = $ENV{LUGH_PARITY_VARIANT}) {
+        return -f "$root/$asked/$file" ? ("$root/$asked/$file", $asked eq $variant ? 1 : 0) : ();
+    }
     return ("$root/$variant/$file", 1) if -f "$root/$variant/$file";
     for my $other (sort glob "$root/*/$file") { return ($other, 0) }
     return;
@@ -160,9 +165,15 @@ for my $name (@TEST_MODELS) {
                     cmp_ok(abs($got->{error} - $want->{error}), '<=', 0.000006, "$what: error +/- $want->{error}");
                 }
                 else {
-                    cmp_ok($worst / $want->{ppl}, '<', 0.02, sprintf(
-                        '%s: within 2%% of another kernel family (no reference for %s; worst %.4f)',
-                        $what, $variant, $worst));
+                    # Each running estimate against its own value: llama.cpp's
+                    # own builds for two kernel families (x86_64-avx2 and
+                    # x86_64-avx512fp16) part by up to 1.9% on a chunk.
+                    my @relative = map { abs($got->{chunks}[$_] - $want->{chunks}[$_]) / $want->{chunks}[$_] }
+                        0 .. $#{ $want->{chunks} };
+                    my $relative = max(@relative, abs($got->{perplexity} - $want->{ppl}) / $want->{ppl});
+                    cmp_ok($relative, '<', 0.03, sprintf(
+                        '%s: every estimate within 3%% of another kernel family\'s (no reference for %s; worst %.2f%%)',
+                        $what, $variant, 100 * $relative));
                 }
                 diag(sprintf '%s %s: PPL %.4f, llama.cpp %.4f (%s)', $name, $what, $got->{perplexity}, $want->{ppl},
                     $strict ? $variant : "other variant: $file");
