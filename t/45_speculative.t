@@ -1,8 +1,7 @@
 # Lugh::Speculative: Lugh 0.12's API and its croaks (on the tiny model, no
-# download needed); greedy output equal to plain greedy generation on the
-# three test models (or, where ggml's batched kernels round otherwise than
-# its one-row kernels, parting from it only at a near tie); and sampled
-# output distributed as the main model's (chi-square over many seeds).
+# download needed); greedy output identical to plain greedy generation on
+# the three test models; and sampled output distributed as the main
+# model's (chi-square over many seeds).
 # The engine's own tests (cargo test speculative) check the accept/reject
 # procedure exactly, against fake models with known distributions.
 use strict;
@@ -178,11 +177,14 @@ subtest 'croaks of the calls' => sub {
 my @MODELS = grep { model_path($_) } qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
 diag 'no test model found: run perl t/fetch-models for the tests on real models' unless @MODELS;
 
-# ggml's kernels for one row (a decode step) and for a batch round in the
-# same order for SmolLM2 (Q4_1, flash attention on): the rows a batch verifies
-# are bit-identical to decode steps. For the K-quant models they differ by a
-# few tenths at most, which decides only between nearly tied tokens.
-my %EXACT = ('smollm2-135m-q4_1' => 1);
+# Greedy verification passes at most 3 rows at a time, which ggml's x86
+# matmuls compute with their one-row kernels (from 4 rows on, the repacked
+# K-quant weights of Qwen and Gemma go through a kernel that rounds
+# otherwise): every verified logit is bit-identical to a decode step's, and
+# the output is plain greedy's. (Not below a flash-attention cache of 512
+# positions, where a decode step splits attention over the threads; see the
+# POD. Elsewhere than x86, other kernels may part at a near tie.)
+my $EXACT = Lugh::cpu_features()->{variant} =~ /\Ax86_64/;
 my $NEAR_TIE = 0.3;
 
 for my $name (@MODELS) {
@@ -200,7 +202,7 @@ for my $name (@MODELS) {
                 my $spec = Lugh::Speculative->new(inference => $main, draft => $d, k => 4, temperature => 0);
                 my $out = $spec->generate(\@p, 32);
                 my $what = sprintf '%s, %s draft, "%s"', $name, $spec->draft_type, substr($text, 0, 20) =~ s/\n/\\n/gr;
-                if ("@$out" eq "@plain" || $EXACT{$name}) {
+                if ("@$out" eq "@plain" || $EXACT) {
                     is("@$out", "@plain", "$what: identical");
                     next;
                 }

@@ -94,19 +94,22 @@ are the best tokens: a drafted token is accepted if and only if it is the
 main model's most likely token, and the correction is that token. So the
 output is the main model's greedy output, computed in fewer passes.
 
-B<One caveat, of arithmetic.> ggml multiplies a single row (a decode step)
-with other kernels than several rows (llamafile's tinyBLAS for Q8_0/Q5_0/F16
-weights, the repacked K-quant GEMM), and their sums are rounded in another
-order; see L<README|https://github.com/lugh-perl/Lugh#BENCHMARKS>. With
-SmolLM2 (Q4_1, flash attention on) the verified rows are bit-identical to
-decode steps and speculative greedy output always equals plain greedy
-output. With K-quant models (Qwen2.5-Coder Q4_K_M, Gemma-3 Q4_K_M) the rows
-of a batch differ from decode steps by up to a few tenths of a logit, so
-where the two best tokens are nearly tied (within about 0.1) the two paths
-may pick different ones, and the texts part there. F<t/45_speculative.t>
-checks both: identity where the kernels agree, and elsewhere that any
-difference begins at such a near tie. llama.cpp's speculative decoding
-behaves the same way.
+B<Exactness, and its one limit.> ggml multiplies a batch of 4 rows or
+more with other kernels than a single row (the repacked K-quant GEMM of
+Qwen2.5-Coder Q4_K_M and Gemma-3 Q4_K_M), whose sums are rounded in another
+order. So greedy verification passes the rows to the main model at most 3
+at a time, which go through the one-row kernels, and evaluates a prompt
+exactly as plain generation does: every logit it compares is bit-identical
+to a decode step's, and speculative greedy output is plain greedy output,
+token for token (F<t/45_speculative.t> checks it on the three test models,
+with a model draft and with prompt lookup). The limit: with flash attention
+on, once the cache holds 512 positions or more, ggml splits the attention of
+a single row across the threads and adds the parts up, which it does not for
+the rows of a batch, so past that length the two can part where the two best
+tokens are nearly tied (a few hundredths apart). With
+C<< flash_attn => 0 >> the identity holds at any length. Sampled decoding
+(temperature above 0) verifies every row in one pass: its output is a draw
+from the main model's distribution either way.
 
 The KV caches hold exactly the accepted context: before each step each
 model's cache keeps the prefix it shares with the context (rejected draft

@@ -144,6 +144,14 @@ impl Stats {
 /// rejected, lookups pause for as many steps as there were failures (up to
 /// [`NGRAM_MAX_PAUSE`]); an accepted proposal ends the pause rule.
 const NGRAM_PATIENCE: usize = 2;
+
+/// The most rows ggml's CPU matmul sends through its one-row kernels. With
+/// weights in the CPU's repacked layouts (Q4_0, Q4_K, IQ4_NL ...) it
+/// multiplies 4 rows or more with a multi-row kernel whose sums are rounded
+/// in another order than the one-row kernel's a decode step uses; the logits
+/// differ by a few hundredths, enough to change a near tie. Up to 3 rows,
+/// each goes through the one-row kernel, bit-identical to a decode step.
+const ONE_ROW_KERNEL_ROWS: usize = 3;
 const NGRAM_MAX_PAUSE: usize = 16;
 
 /// The working state of one call: the two distributions' samplers (their
@@ -156,6 +164,8 @@ pub struct Decoder {
     /// The draft's distribution of each drafted token.
     qs: Vec<Dist>,
     logits: Vec<f32>,
+    /// The main model's logits after a context it evaluated in full.
+    main_logits: Vec<f32>,
     /// Dense q for the residual max(0, p − q), all zeros between uses.
     dense: Vec<f32>,
     residual: Dist,
@@ -179,6 +189,7 @@ impl Decoder {
             rng: rng_for_call(options.seed),
             qs: Vec::new(),
             logits: Vec::new(),
+            main_logits: Vec::new(),
             dense: Vec::new(),
             residual: Dist::default(),
             ngram_failures: 0,
@@ -253,57 +264,82 @@ impl Decoder {
     }
 
     /// Verifies `proposal` (drafted after `context`, its distributions in
-    /// the decoder) with one forward pass of the main model over the last
-    /// context token and the proposal; returns the accepted tokens and the
-    /// main model's own token after them. The main model's cache is left
-    /// holding the context and the accepted tokens.
+    /// the decoder) with the main model's rows for the last context token
+    /// and the proposal; returns the accepted tokens and the main model's
+    /// own token after them. The main model's cache is left holding the
+    /// context and the accepted tokens.
+    ///
+    /// The context is evaluated as plain generation evaluates it: when the
+    /// cache lacks more than its last token (a prompt), all that is missing
+    /// goes through in batches of n_batch first, and the proposal after it.
+    /// Greedy verification passes the rows in groups of at most
+    /// [`ONE_ROW_KERNEL_ROWS`], so that every logit equals the one a decode
+    /// step computes and the output is plain greedy generation's, token for
+    /// token; a rejection ends the step before the next group.
     pub fn verify(&mut self, main: &mut dyn BatchSource, context: &[i32], proposal: &[i32]) -> Result<StepResult> {
         let Some((&last, before)) = context.split_last() else {
             return Err(Error::Argument("the context is empty (give at least one token)".into()));
         };
         debug_assert_eq!(self.qs.len(), proposal.len());
-        sync(main, before, &mut self.logits)?;
-        let mut batch = Vec::with_capacity(proposal.len() + 1);
-        batch.push(last);
-        batch.extend_from_slice(proposal);
         let mut accepted = 0;
         let mut next = None;
-        let greedy = self.greedy;
-        let (chain, rng, qs, dense, residual) =
-            (&mut self.main_chain, &mut self.rng, &self.qs, &mut self.dense, &mut self.residual);
-        main.forward_each(&batch, &mut |row| {
-            // the rows after a rejection are not needed
+        let mut batch = Vec::with_capacity(proposal.len() + 1);
+        if common_prefix(main.context(), context) + 1 < context.len() {
+            let mut row = std::mem::take(&mut self.main_logits);
+            let judged = catch_up(main, context, &mut row).and_then(|()| self.judge(&row, proposal, &mut accepted));
+            self.main_logits = row;
+            next = judged?;
+        } else {
+            sync(main, before, &mut self.logits)?;
+            batch.push(last);
+        }
+        batch.extend_from_slice(proposal);
+        let rows_per_pass = if self.greedy { ONE_ROW_KERNEL_ROWS } else { batch.len().max(1) };
+        for group in batch.chunks(rows_per_pass) {
             if next.is_some() {
-                return Ok(());
+                break;
             }
-            let p = chain.distribution(row, &[])?;
-            let Some(&x) = proposal.get(accepted) else {
-                // all accepted: the bonus token, from the last row
-                next = Some(if greedy { p.ids[0] } else { draw(&p.ids, &p.probs, rng.next_f64() as f32) });
-                return Ok(());
-            };
-            let q = &qs[accepted];
-            // accept with probability min(1, p(x) / q(x)): u·q(x) < p(x)
-            // (greedy: p(x) is 1 for the argmax, else 0)
-            let u = if greedy { 0.0 } else { rng.next_f64() as f32 };
-            if u * q.prob(x) < prob_of(&p.ids, &p.probs, x) {
-                accepted += 1;
-                return Ok(());
-            }
-            next = Some(if greedy {
-                p.ids[0]
-            } else {
-                residual_of(p, q, row.len(), dense, residual);
-                draw(&residual.ids, &residual.probs, rng.next_f64() as f32)
-            });
-            Ok(())
-        })?;
+            main.forward_each(group, &mut |row| {
+                // the rows after a rejection are not needed
+                if next.is_none() {
+                    next = self.judge(row, proposal, &mut accepted)?;
+                }
+                Ok(())
+            })?;
+        }
         // keep the context and the accepted tokens: the main model's own
         // token is the last of the new context, evaluated with the next step
         main.truncate(context.len() + accepted)?;
         let mut tokens = proposal[..accepted].to_vec();
         tokens.push(next.expect("the forward pass gives a row per token"));
         Ok(StepResult { tokens, drafted: proposal.len(), accepted })
+    }
+
+    /// The main model's `row` (its distribution after the context and the
+    /// `accepted` tokens of `proposal`) judges the next drafted token:
+    /// accepted (counted, None), or the main model's own token (a
+    /// correction, or the bonus token when the whole proposal is accepted).
+    fn judge(&mut self, row: &[f32], proposal: &[i32], accepted: &mut usize) -> Result<Option<i32>> {
+        let greedy = self.greedy;
+        let p = self.main_chain.distribution(row, &[])?;
+        let Some(&x) = proposal.get(*accepted) else {
+            // all accepted: the bonus token, from the last row
+            return Ok(Some(if greedy { p.ids[0] } else { draw(&p.ids, &p.probs, self.rng.next_f64() as f32) }));
+        };
+        let q = &self.qs[*accepted];
+        // accept with probability min(1, p(x) / q(x)): u·q(x) < p(x)
+        // (greedy: p(x) is 1 for the argmax, else 0)
+        let u = if greedy { 0.0 } else { self.rng.next_f64() as f32 };
+        if u * q.prob(x) < prob_of(&p.ids, &p.probs, x) {
+            *accepted += 1;
+            return Ok(None);
+        }
+        Ok(Some(if greedy {
+            p.ids[0]
+        } else {
+            residual_of(p, q, row.len(), &mut self.dense, &mut self.residual);
+            draw(&self.residual.ids, &self.residual.probs, self.rng.next_f64() as f32)
+        }))
     }
 
     /// One step: draft up to `k` tokens after `context`, verify them.

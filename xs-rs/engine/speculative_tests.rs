@@ -139,19 +139,28 @@ fn greedy_output_is_plain_greedy_output() {
 }
 
 #[test]
-fn a_perfect_draft_is_accepted_whole_and_verified_in_one_pass_per_step() {
+fn a_perfect_draft_is_accepted_whole_in_passes_the_kernels_allow() {
     let prompt = [1, 2, 3];
-    let mut main = Markov::new(10, 3, 8.0);
-    let mut draft = Markov::new(10, 3, 8.0);
-    let (out, stats) = spec(&greedy(), &mut main, &mut Drafter::Model(&mut draft), &prompt, 21, 4);
-    assert_eq!(out.len(), 21);
-    // 4 drafted + 1 bonus per step; the last step drafts no token past 21
-    assert_eq!((stats.steps, stats.drafted, stats.accepted), (5, 16, 16));
-    assert_eq!(main.calls, vec![2, 5, 5, 5, 5, 1], "the prompt but its last token, then one batch per step");
-    // The caches hold the context: everything but the main model's own
-    // last token, and the draft's last proposals were its input too.
-    let all: Vec<i32> = prompt.iter().chain(&out).copied().collect();
-    assert_eq!(main.seen, all[..all.len() - 1]);
+    // greedy: rows in passes of at most 3 (each as a decode step computes
+    // it); sampled: one pass per step
+    let sampled = SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, seed: Some(2), ..Default::default() };
+    let greedy_passes = vec![3, 3, 1, 3, 2, 3, 2, 3, 2, 1];
+    for (options, passes) in [(greedy(), greedy_passes), (sampled, vec![3, 4, 5, 5, 5, 1])] {
+        let mut main = Markov::new(10, 3, 8.0);
+        let mut draft = Markov::new(10, 3, 8.0);
+        let (out, stats) = spec(&options, &mut main, &mut Drafter::Model(&mut draft), &prompt, 21, 4);
+        assert_eq!(out.len(), 21);
+        // 4 drafted + 1 bonus per step; the last step drafts no token past 21
+        assert_eq!((stats.steps, stats.drafted, stats.accepted), (5, 16, 16));
+        assert_eq!(
+            main.calls, passes,
+            "the whole prompt, as plain generation evaluates it, then the rows of each step"
+        );
+        // The caches hold the context: everything but the main model's own
+        // last token, and the draft's last proposals were its input too.
+        let all: Vec<i32> = prompt.iter().chain(&out).copied().collect();
+        assert_eq!(main.seen, all[..all.len() - 1]);
+    }
 }
 
 #[test]
