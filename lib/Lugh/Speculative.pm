@@ -59,10 +59,10 @@ pass is dominated by reading every weight once; evaluating several tokens
 in one pass reads them once too. Speculative decoding (Leviathan et al.
 2023; Chen et al. 2023) uses that: a cheap I<draft> proposes the next C<k>
 tokens, the model (the I<main> model, C<inference>) evaluates the last
-token and all of them in one batched forward pass, and keeps the longest
-prefix of the proposal it agrees with plus one token of its own. Each step
-yields between 1 and C<k + 1> tokens for the price of about one forward pass
-of C<k + 1> rows.
+token and all of them in batched forward passes (of up to 3 rows, see
+below), and keeps the longest prefix of the proposal it agrees with plus
+one token of its own. Each step yields between 1 and C<k + 1> tokens for
+the price of a few batched passes.
 
 The agreement is decided so that the output is distributed exactly as the
 main model's own sampling, whatever the draft proposes:
@@ -108,8 +108,8 @@ a single row across the threads and adds the parts up, which it does not for
 the rows of a batch, so past that length the two can part where the two best
 tokens are nearly tied (a few hundredths apart). With
 C<< flash_attn => 0 >> the identity holds at any length. Sampled decoding
-(temperature above 0) verifies every row in one pass: its output is a draw
-from the main model's distribution either way.
+passes its rows the same way; there the groups pay off otherwise: a
+rejection in the first group ends the step before the rest are computed.
 
 The KV caches hold exactly the accepted context: before each step each
 model's cache keeps the prefix it shares with the context (rejected draft

@@ -2,10 +2,10 @@
 //! Transformers via Speculative Decoding"; Chen et al. 2023, "Accelerating
 //! Large Language Model Decoding with Speculative Sampling").
 //!
-//! A cheap draft proposes the next few tokens; the main model evaluates all
-//! of them in one forward pass, which costs little more than evaluating one
-//! (a decode step reads every weight once whatever the number of rows), and
-//! keeps the longest prefix it agrees with plus one token of its own.
+//! A cheap draft proposes the next few tokens; the main model evaluates them
+//! in batched forward passes, which cost less than a pass per token (a pass
+//! reads every weight once whatever the number of rows), and keeps the
+//! longest prefix it agrees with plus one token of its own.
 //!
 //! Agreement is decided so that the output is distributed exactly as the
 //! main model's own sampling: a drafted token x, drawn from the draft's
@@ -272,10 +272,11 @@ impl Decoder {
     /// The context is evaluated as plain generation evaluates it: when the
     /// cache lacks more than its last token (a prompt), all that is missing
     /// goes through in batches of n_batch first, and the proposal after it.
-    /// Greedy verification passes the rows in groups of at most
-    /// [`ONE_ROW_KERNEL_ROWS`], so that every logit equals the one a decode
-    /// step computes and the output is plain greedy generation's, token for
-    /// token; a rejection ends the step before the next group.
+    /// The rows are passed in groups of at most [`ONE_ROW_KERNEL_ROWS`], so
+    /// that every logit equals the one a decode step computes (greedy
+    /// output is plain greedy generation's, token for token); a rejection
+    /// ends the step before the next group, which also saves the rows a
+    /// single pass would have spent after it.
     pub fn verify(&mut self, main: &mut dyn BatchSource, context: &[i32], proposal: &[i32]) -> Result<StepResult> {
         let Some((&last, before)) = context.split_last() else {
             return Err(Error::Argument("the context is empty (give at least one token)".into()));
@@ -294,8 +295,7 @@ impl Decoder {
             batch.push(last);
         }
         batch.extend_from_slice(proposal);
-        let rows_per_pass = if self.greedy { ONE_ROW_KERNEL_ROWS } else { batch.len().max(1) };
-        for group in batch.chunks(rows_per_pass) {
+        for group in batch.chunks(ONE_ROW_KERNEL_ROWS) {
             if next.is_some() {
                 break;
             }
