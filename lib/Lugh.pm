@@ -25,14 +25,10 @@ sub _croak { die _at_caller($_[0]) }
 # A warning from Lugh, at the user's line (the native code warns through it).
 sub _warn { warn _at_caller($_[0]) }
 
-# The message with " at FILE line N." of the first caller outside Lugh.
-sub _at_caller {
-    my ($message) = @_;
-    my $level = 1;
-    $level++ while (caller($level))[0] && (caller($level))[0] =~ /\ALugh(?:::|\z)/;
-    my (undef, $file, $line) = caller($level);
-    return defined $file ? "$message at $file line $line.\n" : "$message\n";
-}
+# The message with " at FILE line N." of the first caller outside Lugh:
+# written once, in Lugh::ModelStore, which needs it without Lugh.so.
+require Lugh::ModelStore;
+*_at_caller = \&Lugh::ModelStore::_at_caller;
 
 # name => value pairs checked against a defaults hash; returns the merged
 # list. $method names the public method in the croak.
@@ -73,7 +69,6 @@ require Lugh::RoPE;
 require Lugh::LoRA;
 require Lugh::Chat;
 require Lugh::Speculative;
-require Lugh::ModelStore;
 
 sub version { return $VERSION }
 
