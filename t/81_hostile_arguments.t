@@ -205,14 +205,15 @@ my %CALLS = (
         qw(alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr)),
 
     'Lugh::Speculative::new'       => sub {
-        ('Lugh::Speculative', inference => $inf, draft => $inf, k => 2, temperature => 0.7, top_p => 0.9, seed => 1)
+        ('Lugh::Speculative', inference => $inf, draft => $inf, k => 2, temperature => 0.7, top_p => 0.9, seed => 1,
+            exact => 1)
     },
     'Lugh::Speculative::generate'  => sub { ($spec, [ 1, 2, 3 ], max_tokens => 3, seed => 2, callback => sub {0}) },
     'Lugh::Speculative::step'      => sub { ($spec, [ 1, 2, 3 ]) },
     'Lugh::Speculative::draft_tokens'  => sub { ($spec, [ 1, 2, 3 ], 2) },
     'Lugh::Speculative::verify_tokens' => sub { ($spec, [ 1, 2, 3 ], [ 4, 5 ]) },
     (map { my $m = $_; ("Lugh::Speculative::$m" => sub { ($spec) }) }
-        qw(acceptance_rate draft_type init_caches k min_p n_vocab reset reset_stats temperature tokens_accepted
+        qw(acceptance_rate draft_type exact init_caches k min_p n_vocab reset reset_stats temperature tokens_accepted
         tokens_drafted top_k top_p total_steps)),
 
     'Lugh::ModelStore::model_dir'  => sub { () },

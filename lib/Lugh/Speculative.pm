@@ -144,12 +144,18 @@ token. A step without a match evaluates the last token alone, as plain
 generation does; and after two proposals in a row whose first token was
 rejected, lookups pause for as many steps as there were such failures (up
 to 16; an accepted proposal starts the count again), so that text which
-does not repeat itself costs little more than plain generation. F<bench/speculative-bench> measures it (one thread, 200
-tokens): Qwen2.5-Coder rewriting a 30-line Perl module through its chat
-template generates 1.67 times as fast as plain generation when greedy (84%
-of the proposals accepted, the same tokens) and 1.53 times at temperature
-0.8; continuing prose, 1.26 times greedy (small models repeat themselves)
-and 1.01 times at temperature 0.8.
+does not repeat itself costs little more than plain generation.
+
+F<bench/speculative-bench> measures it: Qwen2.5-Coder rewriting a 30-line
+Perl module through its chat template, and continuing prose. The gain
+depends on how much cheaper ggml makes a batch than its rows one by one.
+On an Intel Xeon (one thread, 200 tokens, before verification was exact)
+rewriting ran 1.67 times as fast as plain generation greedy (84% of the
+proposals accepted) and 1.53 times at temperature 0.8; prose 1.26 and
+1.01 times. On a 2-core AMD EPYC (2 threads, 256 tokens) rewriting ran
+1.18 times as fast greedy (84% accepted, the same tokens; 1.29 times with
+C<< exact => 0 >>) and 1.06 times at temperature 0.8; prose 1.09 and 0.98
+times.
 
 =back
 
@@ -196,6 +202,18 @@ are not supported (they would depend on each verified row's own history).
 
 With C<< draft => 'ngram' >>: the shortest and longest n-grams looked up;
 default 2 and 4.
+
+=item exact
+
+True (the default): the main model verifies in passes of at most 3 rows,
+which ggml computes exactly as decode steps (see L</DESCRIPTION>), so
+greedy output is plain greedy output token for token. False: all the rows
+of a step in one pass. On CPUs where ggml's multi-row kernels make a batch
+much cheaper than its rows one by one, that is faster; greedy output may
+then part from plain greedy output where two tokens are nearly tied.
+Measured on a 2-core AMD EPYC with Qwen2.5-Coder rewriting code: exact
+1.18 times as fast as plain generation, not exact 1.29 times (with one
+thread, 0.93 and 1.08).
 
 =back
 
@@ -269,15 +287,16 @@ compute pools now rather than at the first call. Returns 1.
 Empties the KV caches and forgets the remembered draft; the next call
 evaluates its whole context. The statistics stay (C<reset_stats> clears them).
 
-=head2 k, temperature, top_p, top_k, min_p, n_vocab, draft_type
+=head2 k, temperature, top_p, top_k, min_p, exact, n_vocab, draft_type
 
     printf "k %d, temperature %.1f, top_p %.2f, top_k %d, min_p %.1f\n",
         $spec->k, $spec->temperature, $spec->top_p, $spec->top_k, $spec->min_p;
+    print $spec->exact, "\n";                        # 1
     print $spec->n_vocab, "\n";                      # 49152
     print $spec->draft_type, "\n";                   # ngram
 
-The settings (temperature 0 when greedy), the vocabulary size the models
-share, and the kind of draft: C<model> or C<ngram>.
+The settings (temperature 0 when greedy; C<exact> 1 or 0), the vocabulary
+size the models share, and the kind of draft: C<model> or C<ngram>.
 
 =head2 acceptance_rate, tokens_drafted, tokens_accepted, total_steps, reset_stats
 

@@ -158,6 +158,8 @@ const NGRAM_MAX_PAUSE: usize = 16;
 /// transform only; the draws come from `rng`), the draws, and scratch.
 pub struct Decoder {
     greedy: bool,
+    /// The most rows one verifying pass evaluates.
+    rows_per_pass: usize,
     main_chain: Sampler,
     draft_chain: Sampler,
     rng: Rng,
@@ -184,6 +186,7 @@ impl Decoder {
         let chain = SamplerOptions { seed: Some(0), ..options.clone() };
         Ok(Decoder {
             greedy: options.greedy || options.temperature <= 0.0,
+            rows_per_pass: ONE_ROW_KERNEL_ROWS,
             main_chain: Sampler::new(chain.clone())?,
             draft_chain: Sampler::new(chain)?,
             rng: rng_for_call(options.seed),
@@ -195,6 +198,12 @@ impl Decoder {
             ngram_failures: 0,
             ngram_pause: 0,
         })
+    }
+
+    /// Exact verification (the default): passes of at most
+    /// [`ONE_ROW_KERNEL_ROWS`] rows; otherwise all the rows of a step in one.
+    pub fn exact(&mut self, exact: bool) {
+        self.rows_per_pass = if exact { ONE_ROW_KERNEL_ROWS } else { MAX_K + 1 };
     }
 
     /// Up to `n` tokens drafted after `context` (which is not empty); their
@@ -272,11 +281,12 @@ impl Decoder {
     /// The context is evaluated as plain generation evaluates it: when the
     /// cache lacks more than its last token (a prompt), all that is missing
     /// goes through in batches of n_batch first, and the proposal after it.
-    /// The rows are passed in groups of at most [`ONE_ROW_KERNEL_ROWS`], so
-    /// that every logit equals the one a decode step computes (greedy
-    /// output is plain greedy generation's, token for token); a rejection
-    /// ends the step before the next group, which also saves the rows a
-    /// single pass would have spent after it.
+    /// Exact (the default), the rows are passed in groups of at most
+    /// [`ONE_ROW_KERNEL_ROWS`], so that every logit equals the one a decode
+    /// step computes (greedy output is plain greedy generation's, token for
+    /// token); a rejection ends the step before the next group, which also
+    /// saves the rows a single pass would have spent after it. Otherwise
+    /// all in one pass, which ggml's multi-row kernels may make cheaper.
     pub fn verify(&mut self, main: &mut dyn BatchSource, context: &[i32], proposal: &[i32]) -> Result<StepResult> {
         let Some((&last, before)) = context.split_last() else {
             return Err(Error::Argument("the context is empty (give at least one token)".into()));
@@ -295,7 +305,7 @@ impl Decoder {
             batch.push(last);
         }
         batch.extend_from_slice(proposal);
-        for group in batch.chunks(ONE_ROW_KERNEL_ROWS) {
+        for group in batch.chunks(self.rows_per_pass) {
             if next.is_some() {
                 break;
             }
@@ -499,12 +509,16 @@ pub struct SpecOptions {
     /// The sampling both models' distributions go through (penalties are
     /// not supported: they would depend on each row's own history).
     pub sampler: SamplerOptions,
+    /// Verify in passes of at most [`ONE_ROW_KERNEL_ROWS`] rows, computed as
+    /// decode steps compute them (greedy output is plain greedy output);
+    /// false: every row of a step in one pass.
+    pub exact: bool,
 }
 
 impl Default for SpecOptions {
-    /// k 4, and Lugh's sampling defaults (temperature 0.8, top_k 40, top_p 0.95).
+    /// k 4, exact, and Lugh's sampling defaults (temperature 0.8, top_k 40, top_p 0.95).
     fn default() -> Self {
-        SpecOptions { k: 4, sampler: SamplerOptions::default() }
+        SpecOptions { k: 4, sampler: SamplerOptions::default(), exact: true }
     }
 }
 
@@ -634,7 +648,10 @@ impl Speculative {
 
     /// The sampling options of a call: the object's, with `seed` if given.
     fn decoder(&self, seed: Option<u64>) -> Result<Decoder> {
-        Decoder::new(&SamplerOptions { seed: seed.or(self.options.sampler.seed), ..self.options.sampler.clone() })
+        let mut decoder =
+            Decoder::new(&SamplerOptions { seed: seed.or(self.options.sampler.seed), ..self.options.sampler.clone() })?;
+        decoder.exact(self.options.exact);
+        Ok(decoder)
     }
 
     /// Checks token ids against the vocabulary (`what` names the list).

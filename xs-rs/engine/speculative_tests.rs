@@ -96,7 +96,20 @@ fn spec(
     max: usize,
     k: usize,
 ) -> (Vec<i32>, Stats) {
+    spec_with(options, true, main, drafter, prompt, max, k)
+}
+
+fn spec_with(
+    options: &SamplerOptions,
+    exact: bool,
+    main: &mut Markov,
+    drafter: &mut Drafter,
+    prompt: &[i32],
+    max: usize,
+    k: usize,
+) -> (Vec<i32>, Stats) {
     let mut decoder = Decoder::new(options).unwrap();
+    decoder.exact(exact);
     let mut stats = Stats::default();
     let (out, _) =
         generate::<Error>(&mut decoder, main, drafter, Some(&Eog(false)), prompt, max, k, &mut stats, &mut |_, _| {
@@ -144,16 +157,22 @@ fn a_perfect_draft_is_accepted_whole_in_passes_the_kernels_allow() {
     // rows in passes of at most 3 (each as a decode step computes it),
     // greedy or sampled
     let sampled = SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, seed: Some(2), ..Default::default() };
-    let passes = vec![3, 3, 1, 3, 2, 3, 2, 3, 2, 1];
-    for options in [greedy(), sampled] {
+    let exact = vec![3, 3, 1, 3, 2, 3, 2, 3, 2, 1];
+    let one_pass_per_step = vec![3, 4, 5, 5, 5, 1];
+    for (options, is_exact, passes) in [
+        (greedy(), true, &exact),
+        (sampled.clone(), true, &exact),
+        (greedy(), false, &one_pass_per_step),
+        (sampled, false, &one_pass_per_step),
+    ] {
         let mut main = Markov::new(10, 3, 8.0);
         let mut draft = Markov::new(10, 3, 8.0);
-        let (out, stats) = spec(&options, &mut main, &mut Drafter::Model(&mut draft), &prompt, 21, 4);
+        let (out, stats) = spec_with(&options, is_exact, &mut main, &mut Drafter::Model(&mut draft), &prompt, 21, 4);
         assert_eq!(out.len(), 21);
         // 4 drafted + 1 bonus per step; the last step drafts no token past 21
         assert_eq!((stats.steps, stats.drafted, stats.accepted), (5, 16, 16));
         assert_eq!(
-            main.calls, passes,
+            &main.calls, passes,
             "the whole prompt, as plain generation evaluates it, then the rows of each step"
         );
         // The caches hold the context: everything but the main model's own

@@ -28,6 +28,7 @@ const ACCESSORS: &[Accessor<Speculative>] = &[
     Accessor { name: "min_p", read: |s, perl| Ok(perl.float(f64::from(s.options().sampler.min_p))) },
     Accessor { name: "n_vocab", read: |s, perl| Ok(perl.int(s.n_vocab() as i64)) },
     Accessor { name: "draft_type", read: |s, perl| Ok(perl.str(s.draft_kind())) },
+    Accessor { name: "exact", read: |s, perl| Ok(perl.int(i64::from(s.options().exact))) },
     Accessor { name: "acceptance_rate", read: |s, perl| Ok(perl.float(s.stats().acceptance_rate())) },
     Accessor { name: "tokens_drafted", read: |s, perl| Ok(perl.uint(s.stats().drafted)) },
     Accessor { name: "tokens_accepted", read: |s, perl| Ok(perl.uint(s.stats().accepted)) },
@@ -55,6 +56,7 @@ struct NewArgs {
     k: Option<usize>,
     ngram_min: Option<usize>,
     ngram_max: Option<usize>,
+    exact: Option<bool>,
 }
 
 /// A Lugh::Inference argument, or an error saying it must be one.
@@ -87,6 +89,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     Opt::new("ngram_max", |perl, sv, a| {
         set(&mut a.ngram_max, ranged_arg(perl, sv, "ngram_max", 1, i32::MAX as i64).map(Some))
     }),
+    Opt::new("exact", |perl, sv, a| set(&mut a.exact, perl.bool_arg(sv, "exact").map(Some))),
 ];
 
 /// What generate() is given besides the prompt.
@@ -142,6 +145,7 @@ xs_subs! { "Lugh::Speculative";
             )
         })?;
         options.k = new.k.unwrap_or(options.k);
+        options.exact = new.exact.unwrap_or(options.exact);
         let draft = match draft {
             Some(session) => {
                 if new.ngram_min.is_some() || new.ngram_max.is_some() {
