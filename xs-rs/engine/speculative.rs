@@ -144,6 +144,7 @@ impl Stats {
 /// rejected, lookups pause for as many steps as there were failures (up to
 /// [`NGRAM_MAX_PAUSE`]); an accepted proposal ends the pause rule.
 const NGRAM_PATIENCE: usize = 2;
+const NGRAM_MAX_PAUSE: usize = 16;
 
 /// The most rows ggml's CPU matmul sends through its one-row kernels. With
 /// weights in the CPU's repacked layouts (Q4_0, Q4_K, IQ4_NL ...) it
@@ -152,7 +153,6 @@ const NGRAM_PATIENCE: usize = 2;
 /// differ by a few hundredths, enough to change a near tie. Up to 3 rows,
 /// each goes through the one-row kernel, bit-identical to a decode step.
 const ONE_ROW_KERNEL_ROWS: usize = 3;
-const NGRAM_MAX_PAUSE: usize = 16;
 
 /// The working state of one call: the two distributions' samplers (their
 /// transform only; the draws come from `rng`), the draws, and scratch.
