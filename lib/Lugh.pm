@@ -69,6 +69,11 @@ require Lugh::RoPE;
 require Lugh::LoRA;
 require Lugh::Chat;
 require Lugh::Speculative;
+require Lugh::Context;
+require Lugh::Tensor;
+require Lugh::Ops;
+require Lugh::Graph;
+require Lugh::Quant;
 
 sub version { return $VERSION }
 

@@ -1,7 +1,8 @@
 # The examples in the POD run, and print what their comments say.
 #
 # For each package, its SYNOPSIS runs as a program with SmolLM2's path in
-# place of 'SmolLM2-135M-Instruct.Q4_1.gguf'; then each method example that
+# place of 'SmolLM2-135M-Instruct.Q4_1.gguf' (or as it is, for the tensor
+# packages, which need no model); then each method example that
 # has a print with a comment (`print ...;   # EXPECTED`) runs after that
 # SYNOPSIS, whose objects ($model, $inference ...) it uses. EXPECTED must
 # appear in the output; a remark after it in parentheses, and quotes around
@@ -83,7 +84,9 @@ my @packages = ('lib/Lugh.pm', sort glob 'lib/Lugh/*.pm');
 for my $file (@packages) {
     my @examples = examples($file);
     my ($synopsis) = grep { $_->{heading} eq 'SYNOPSIS' } @examples;
-    next unless $synopsis && $synopsis->{code} =~ /SmolLM2-135M-Instruct\.Q4_1\.gguf/;
+    # packages whose SYNOPSIS loads the model, and the tensor packages,
+    # whose SYNOPSIS makes a Lugh::Context
+    next unless $synopsis && $synopsis->{code} =~ /SmolLM2-135M-Instruct\.Q4_1\.gguf|Lugh::Context->new|use Lugh::Quant/;
     (my $setup = $synopsis->{code}) =~ s/'SmolLM2-135M-Instruct\.Q4_1\.gguf'/'$model'/g;
     subtest $file => sub {
         # All the package's examples in one run, each in a block of its own

@@ -150,6 +150,30 @@ extern "C" {
     ) -> *mut ggml_tensor;
     fn ggml_flash_attn_ext_set_n_kv_max(a: *mut ggml_tensor, n_kv_max: i32);
     fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: c_int) -> *mut ggml_tensor;
+
+    fn ggml_used_mem(ctx: *const ggml_context) -> usize;
+    fn ggml_get_mem_size(ctx: *const ggml_context) -> usize;
+    fn ggml_get_mem_buffer(ctx: *const ggml_context) -> *mut std::ffi::c_void;
+    fn ggml_sub(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_relu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_exp(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_sqr(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_sqrt(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_sum(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_mean(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_argmax(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_diag_mask_inf(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: c_int) -> *mut ggml_tensor;
+    fn ggml_repeat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_graph_add_node(graph: *mut ggml_cgraph, t: *mut ggml_tensor);
+    fn ggml_graph_size(graph: *mut ggml_cgraph) -> c_int;
+    fn ggml_reshape_4d(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        ne0: i64,
+        ne1: i64,
+        ne2: i64,
+        ne3: i64,
+    ) -> *mut ggml_tensor;
 }
 
 /// A tensor of a `GraphCtx` (or of a weights/cache context). A plain handle:
@@ -178,6 +202,35 @@ impl Tensor {
     }
     pub fn type_id(&self) -> c_int {
         self.raw().type_
+    }
+    /// The tensor's data address (null while unallocated).
+    pub fn data_ptr(&self) -> *mut u8 {
+        self.raw().data.cast()
+    }
+    /// ggml's op id (0 = GGML_OP_NONE: a leaf).
+    pub fn op(&self) -> c_int {
+        self.raw().op
+    }
+    /// Copies `out.len()` bytes of the tensor's data, from byte `offset`.
+    /// Panics (rather than read out of bounds) if the range is not inside
+    /// the tensor's extent or it has no data.
+    pub fn read_data(&self, offset: usize, out: &mut [u8]) {
+        let data = self.data_ptr();
+        assert!(!data.is_null() && offset.checked_add(out.len()).is_some_and(|end| end <= self.nbytes()));
+        // SAFETY: the range lies inside the tensor's data (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(data.add(offset), out.as_mut_ptr(), out.len()) }
+    }
+    /// Copies `src` into the tensor's data at byte `offset` (bounds as read_data).
+    pub fn write_data(&self, offset: usize, src: &[u8]) {
+        let data = self.data_ptr();
+        assert!(!data.is_null() && offset.checked_add(src.len()).is_some_and(|end| end <= self.nbytes()));
+        // SAFETY: the range lies inside the tensor's data (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), data.add(offset), src.len()) }
+    }
+    /// The tensor this one is a view of, if it is one.
+    pub fn view_src(&self) -> Option<Tensor> {
+        let p = self.raw().view_src;
+        (!p.is_null()).then_some(Tensor(p))
     }
     pub fn nbytes(&self) -> usize {
         // SAFETY: the tensor is live.
@@ -259,6 +312,41 @@ impl Ctx {
         self.ptr
     }
 
+    /// A context that allocates its tensors' data in one arena of
+    /// `mem_size` bytes (tensor metadata included), as ggml_init does when
+    /// no_alloc is false. None if the arena cannot be allocated.
+    pub fn new_arena(mem_size: usize) -> Option<Ctx> {
+        let params = ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: false };
+        // SAFETY: ggml allocates the arena itself; null on failure.
+        let ptr = unsafe { ggml_init(params) };
+        (!ptr.is_null()).then_some(Ctx { ptr })
+    }
+
+    /// Bytes of the arena in use (metadata and data of every tensor).
+    pub fn used_mem(&self) -> usize {
+        // SAFETY: the context is live.
+        unsafe { ggml_used_mem(self.ptr) }
+    }
+
+    /// The arena's size in bytes.
+    pub fn mem_size(&self) -> usize {
+        // SAFETY: the context is live.
+        unsafe { ggml_get_mem_size(self.ptr) }
+    }
+
+    /// The arena's address range (tensors of this context lie inside it).
+    pub fn arena_range(&self) -> std::ops::Range<usize> {
+        // SAFETY: the context is live.
+        let start = unsafe { ggml_get_mem_buffer(self.ptr) } as usize;
+        start..start + self.mem_size()
+    }
+
+    /// Bytes the arena spends on one tensor besides its data.
+    pub fn tensor_overhead() -> usize {
+        // SAFETY: pure size arithmetic.
+        unsafe { ggml_tensor_overhead() }
+    }
+
     /// A new tensor of `ty` with the given extents (1 to 4 of them).
     pub fn new_tensor(&self, ty: c_int, ne: &[i64]) -> Tensor {
         // SAFETY: the context is live and has room (sized by the caller's count).
@@ -327,17 +415,31 @@ impl GraphCtx {
         (0..self.n_nodes()).map(|i| Tensor(unsafe { ggml_graph_node(self.graph, i as c_int) })).collect()
     }
 
+    /// Appends one node to the graph as it is (its sources are not visited).
+    pub fn add_node(&self, t: Tensor) {
+        // SAFETY: both live; the size is checked first (ggml asserts on it).
+        unsafe {
+            assert!(ggml_graph_n_nodes(self.graph) < ggml_graph_size(self.graph), "graph full");
+            ggml_graph_add_node(self.graph, t.0)
+        }
+    }
+
     pub fn expand(&self, t: Tensor) {
         // SAFETY: both live; the graph was sized for the model's node count.
         unsafe { ggml_build_forward_expand(self.graph, t.0) }
     }
+}
 
-    pub fn new_tensor(&self, ty: c_int, ne: &[i64]) -> Tensor {
-        self.ctx.new_tensor(ty, ne)
+impl std::ops::Deref for GraphCtx {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        &self.ctx
     }
+}
 
+impl Ctx {
     fn c(&self) -> *mut ggml_context {
-        self.ctx.ptr
+        self.ptr
     }
 
     // The ops below: each is the ggml op of the same name. SAFETY for all of
@@ -508,6 +610,54 @@ impl GraphCtx {
     pub fn concat(&self, a: Tensor, b: Tensor, dim: c_int) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_concat(self.c(), a.0, b.0, dim) })
+    }
+    pub fn sub(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_sub(self.c(), a.0, b.0) })
+    }
+    pub fn relu(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_relu(self.c(), a.0) })
+    }
+    pub fn exp(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_exp(self.c(), a.0) })
+    }
+    pub fn sqr(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_sqr(self.c(), a.0) })
+    }
+    pub fn sqrt(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_sqrt(self.c(), a.0) })
+    }
+    /// The sum of every element, as a one-element tensor.
+    pub fn sum(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_sum(self.c(), a.0) })
+    }
+    /// The mean of each row ([1, ne1, ne2, ne3]).
+    pub fn mean(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_mean(self.c(), a.0) })
+    }
+    /// The index of each row's largest value (I32, one per row of a matrix).
+    pub fn argmax(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_argmax(self.c(), a.0) })
+    }
+    pub fn diag_mask_inf(&self, a: Tensor, n_past: i32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_diag_mask_inf(self.c(), a.0, n_past) })
+    }
+    /// `a` repeated to the shape of `b`.
+    pub fn repeat(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_repeat(self.c(), a.0, b.0) })
+    }
+    pub fn reshape_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_reshape_4d(self.c(), a.0, ne[0], ne[1], ne[2], ne[3]) })
     }
     pub fn flash_attn_set_n_kv_max(&self, a: Tensor, n: i32) {
         // SAFETY: see the note above.

@@ -73,6 +73,18 @@ pub struct ggml_threadpool_params {
 // The layouts above, checked against ggml's headers (see build.rs).
 include!(concat!(env!("OUT_DIR"), "/ggml_layout.rs"));
 
+/// `struct ggml_type_traits` (ggml.h, 0.26.0).
+#[repr(C)]
+pub struct ggml_type_traits {
+    pub type_name: *const c_char,
+    pub blck_size: i64,
+    pub blck_size_interleave: i64,
+    pub type_size: usize,
+    pub is_quantized: bool,
+    pub to_float: Option<unsafe extern "C" fn(x: *const c_void, y: *mut f32, k: i64)>,
+    pub from_float_ref: Option<unsafe extern "C" fn(x: *const f32, y: *mut c_void, k: i64)>,
+}
+
 /// `struct ggml_type_traits_cpu` (ggml-cpu.h, 0.26.0).
 #[repr(C)]
 pub struct ggml_type_traits_cpu {
@@ -97,6 +109,19 @@ extern "C" {
     pub fn ggml_is_quantized(t: c_int) -> bool;
     pub fn ggml_get_type_traits_cpu(t: c_int) -> *const ggml_type_traits_cpu;
     pub fn ggml_set_abort_callback(cb: Option<ggml_abort_callback_t>) -> Option<ggml_abort_callback_t>;
+    fn ggml_type_sizef(t: c_int) -> f64;
+    fn ggml_row_size(t: c_int, ne: i64) -> usize;
+    fn ggml_quantize_requires_imatrix(t: c_int) -> bool;
+    fn ggml_quantize_chunk(
+        t: c_int,
+        src: *const f32,
+        dst: *mut c_void,
+        start: i64,
+        nrows: i64,
+        n_per_row: i64,
+        imatrix: *const f32,
+    ) -> usize;
+    fn ggml_get_type_traits(t: c_int) -> *const ggml_type_traits;
 
     pub fn ggml_backend_reg_count() -> usize;
     pub fn ggml_backend_reg_get(i: usize) -> ggml_backend_reg_t;
@@ -167,4 +192,77 @@ pub fn cpu_can_mul_mat(type_id: u32) -> bool {
     // SAFETY: as above, for the (checked) vec_dot type.
     let dot = unsafe { &*ggml_get_type_traits_cpu(traits.vec_dot_type) };
     !dot.from_float.is_null()
+}
+
+/// Bytes per element of a known type (type_size / block_size).
+pub fn type_sizef(type_id: u32) -> f64 {
+    assert!(type_traits(type_id).is_some(), "type_sizef: unknown type {type_id}");
+    // SAFETY: a known type id below GGML_TYPE_COUNT.
+    unsafe { ggml_type_sizef(type_id as c_int) }
+}
+
+/// Bytes of one row of `n` elements of a known type (n a multiple of its block size).
+pub fn row_bytes(type_id: u32, n: u64) -> usize {
+    assert!(type_traits(type_id).is_some_and(|t| n % t.block_size == 0), "row_bytes: bad row");
+    // SAFETY: a known type id; pure arithmetic.
+    unsafe { ggml_row_size(type_id as c_int, n as i64) }
+}
+
+/// Whether ggml's quantizer for this type needs an importance matrix.
+pub fn requires_imatrix(type_id: u32) -> bool {
+    assert!(type_id < GGML_TYPE_COUNT, "requires_imatrix: type {type_id} out of range");
+    // SAFETY: a type id below GGML_TYPE_COUNT.
+    unsafe { ggml_quantize_requires_imatrix(type_id as c_int) }
+}
+
+/// Whether ggml has a row decoder (to f32) for this type.
+pub fn has_to_float(type_id: u32) -> bool {
+    if type_traits(type_id).is_none() {
+        return false;
+    }
+    // SAFETY: a known type id: ggml's trait table has a static entry for it.
+    unsafe { (*ggml_get_type_traits(type_id as c_int)).to_float.is_some() }
+}
+
+/// Quantizes `src` (rows of `n_per_row` values) into `dst` with ggml's own
+/// quantizer, without an importance matrix. The caller has checked that
+/// ggml_quantize_chunk handles the type (quant::can_quantize); lengths are
+/// checked here, so a mistake panics instead of overrunning.
+pub fn quantize_rows(type_id: u32, src: &[f32], n_per_row: usize, dst: &mut [u8]) {
+    assert!(n_per_row > 0 && src.len() % n_per_row == 0, "quantize_rows: partial row");
+    assert!(!requires_imatrix(type_id), "quantize_rows: type needs an imatrix");
+    let n_rows = src.len() / n_per_row;
+    assert_eq!(dst.len(), n_rows * row_bytes(type_id, n_per_row as u64), "quantize_rows: dst size");
+    // SAFETY: src holds n_rows * n_per_row floats and dst exactly the bytes
+    // those rows take (checked above); ggml reads and writes nothing else.
+    let written = unsafe {
+        ggml_quantize_chunk(
+            type_id as c_int,
+            src.as_ptr(),
+            dst.as_mut_ptr().cast(),
+            0,
+            n_rows as i64,
+            n_per_row as i64,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(written, dst.len(), "quantize_rows: ggml wrote another size");
+}
+
+/// Decodes `dst.len()` values of a type with a row decoder from `src`.
+pub fn dequantize_row(type_id: u32, src: &[u8], dst: &mut [f32]) {
+    assert!(has_to_float(type_id), "dequantize_row: type {type_id} has no decoder");
+    assert_eq!(src.len(), row_bytes(type_id, dst.len() as u64), "dequantize_row: src size");
+    // SAFETY: a known type with a decoder; src holds exactly the bytes of
+    // dst.len() values (checked above).
+    unsafe {
+        let f = (*ggml_get_type_traits(type_id as c_int)).to_float.expect("checked");
+        f(src.as_ptr().cast(), dst.as_mut_ptr(), dst.len() as i64)
+    }
+}
+
+/// Whether ggml counts a known type as quantized (a block encoding).
+pub fn is_quantized(type_id: u32) -> bool {
+    // SAFETY: a known type id below GGML_TYPE_COUNT.
+    type_traits(type_id).is_some() && unsafe { ggml_is_quantized(type_id as c_int) }
 }

@@ -1,6 +1,8 @@
 //! The XS subs, one file per perl package.
 use crate::glue::{self, ffi, Cv, Interp};
 
+mod context;
+mod graph;
 mod inference;
 mod kv_cache;
 mod logits;
@@ -8,9 +10,12 @@ mod lora;
 mod lugh;
 mod memory_pool;
 mod model;
+mod ops;
 mod prompt;
+mod quant;
 mod rope;
 mod speculative;
+mod tensor;
 mod tokenizer;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
@@ -36,6 +41,11 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         prompt::SUBS,
         rope::SUBS,
         speculative::SUBS,
+        context::SUBS,
+        tensor::SUBS,
+        ops::SUBS,
+        graph::SUBS,
+        quant::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);

@@ -1,0 +1,53 @@
+//! XS subs of Lugh::Graph: computes Lugh::Ops results.
+use super::tensor::tensor_arg;
+use crate::engine::inference::{physical_cores, MAX_THREADS};
+use crate::engine::tensor_graph::TensorGraph;
+use crate::engine::Error;
+use crate::glue::{new_object, object_arc, Args, Ret};
+use crate::xs_subs;
+use std::sync::Arc;
+
+pub const CLASS: &str = "Lugh::Graph";
+
+fn this(args: &Args) -> Result<Arc<TensorGraph>, Error> {
+    object_arc::<TensorGraph>(args.perl(), args.get(0), CLASS)
+}
+
+xs_subs! { "Lugh::Graph";
+    fn _new(args) as "Lugh::Graph->new" {
+        args.expect(1, 1, "class")?;
+        let perl = args.perl();
+        let class = perl.class_arg(args.get(0))?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(TensorGraph::new()))))
+    }
+
+    fn build_forward(args) as "Lugh::Graph->build_forward" {
+        args.expect(2, 2, "self, tensor")?;
+        let g = this(args)?;
+        let t = tensor_arg(args.perl(), args.get(1), "the tensor")?;
+        g.build_forward(t);
+        Ok(Ret::Empty)
+    }
+
+    fn n_nodes(args) as "Lugh::Graph->n_nodes" {
+        args.expect(1, 1, "self")?;
+        Ok(Ret::One(args.perl().int(this(args)?.n_nodes() as i64)))
+    }
+
+    fn _compute(args) as "Lugh::Graph->compute" {
+        args.expect(3, 3, "self, n_threads, backend")?;
+        let g = this(args)?;
+        let perl = args.perl();
+        let n_threads = if perl.is_defined(args.get(1)) {
+            perl.int_arg(args.get(1), "n_threads")?
+        } else {
+            physical_cores() as i64
+        };
+        if !(1..=MAX_THREADS as i64).contains(&n_threads) {
+            return Err(Error::Argument(format!("n_threads must be 1 to {MAX_THREADS}, got {n_threads}")).into());
+        }
+        let backend = perl.string_arg(args.get(2), "backend")?;
+        g.compute(n_threads as usize, &backend)?;
+        Ok(Ret::Empty)
+    }
+}
