@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -101,9 +101,18 @@ sub make_fixtures {
     $lora   = Lugh::LoRA->new(adapter => $adapter, model => $model);
     $rope   = Lugh::RoPE->yarn(64, 256);
     $spec   = Lugh::Speculative->new(inference => $inf, draft => $inf, k => 2, temperature => 0.7);
+    $tctx   = Lugh::Context->new(mem_size => 1 << 20);
+    $tensor = Lugh::Tensor->new_f32($tctx, 4, 2);
+    $tensor->set_f32(1 .. 8);
+    $t3     = Lugh::Tensor->new_f32($tctx, 4, 1, 2);
+    $tids   = Lugh::Tensor->new_i32($tctx, 2);
+    $tids->set_f32(0, 1);
+    $tgraph = Lugh::Graph->new($tctx);
+    $tgraph->build_forward(Lugh::Ops::add($tctx, $tensor, $tensor));
 }
 sub free_fixtures {
-    undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec;
+    undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec,
+        $tctx, $tensor, $t3, $tids, $tgraph;
 }
 
 # name => the argument list of a valid call (for a method, the invocant first).
@@ -248,6 +257,43 @@ my %CALLS = (
     'Lugh::Chat::messages'         => sub { ($chat, [$msg]) },
     (map { my $m = $_; ("Lugh::Chat::$m" => sub { ($chat) }) }
         qw(cache finish_reason inference prompt reset stats tokenizer)),
+
+    'Lugh::Context::new'           => sub { ('Lugh::Context', mem_size => 4096) },
+    (map { my $m = $_; ("Lugh::Context::$m" => sub { ($tctx) }) } qw(id mem_size used_mem mem_used)),
+    'Lugh::Tensor::new'            => sub { ('Lugh::Tensor', $tctx, 'q8_0', 32, 2) },
+    (map { my $m = $_; ("Lugh::Tensor::$m" => sub { ('Lugh::Tensor', $tctx, 3, 2) }) } qw(new_f32 new_f16 new_i32)),
+    'Lugh::Tensor::set_f32'        => sub { ($tensor, [ 1 .. 8 ]) },
+    'Lugh::Tensor::set_bytes'      => sub { ($tensor, pack 'f<*', 1 .. 8) },
+    'Lugh::Tensor::quantize'       => sub { (Lugh::Tensor->new_f32($tctx, 32), $tctx, 'q8_0') },
+    'Lugh::Tensor::dequantize'     => sub { (Lugh::Tensor->new($tctx, 'q8_0', 32), $tctx) },
+    (map { my $m = $_; ("Lugh::Tensor::$m" => sub { ($tensor) }) }
+        qw(get_f32 get_bytes nelements n_dims shape ne type type_name type_size blck_size is_quantized
+        is_contiguous has_data nbytes context)),
+    (map { my $m = $_; ("Lugh::Ops::$m" => sub { ($tctx, $tensor, $tensor) }) } qw(add sub mul div mul_mat)),
+    (map { my $m = $_; ("Lugh::Ops::$m" => sub { ($tctx, $tensor) }) }
+        qw(silu gelu relu tanh exp sqr sqrt soft_max sum mean argmax transpose cont)),
+    'Lugh::Ops::scale'             => sub { ($tctx, $tensor, 0.5) },
+    'Lugh::Ops::rms_norm'          => sub { ($tctx, $tensor, 1e-5) },
+    'Lugh::Ops::norm'              => sub { ($tctx, $tensor, 1e-5) },
+    'Lugh::Ops::diag_mask_inf'     => sub { ($tctx, $tensor, 0) },
+    'Lugh::Ops::permute'           => sub { ($tctx, $tensor, 1, 0) },
+    'Lugh::Ops::reshape'           => sub { ($tctx, $tensor, 8) },
+    'Lugh::Ops::view'              => sub { ($tctx, $tensor, 2, 4) },
+    'Lugh::Ops::concat'            => sub { ($tctx, $tensor, $tensor, 1) },
+    'Lugh::Ops::get_rows'          => sub { ($tctx, $tensor, $tids) },
+    'Lugh::Ops::rope'              => sub { ($tctx, $t3, $tids, 4, mode => 'neox', freq_base => 10000, freq_scale => 1) },
+    'Lugh::Graph::new'             => sub { ('Lugh::Graph', $tctx) },
+    'Lugh::Graph::build_forward'   => sub { ($tgraph, $tensor) },
+    'Lugh::Graph::compute'         => sub { ($tgraph, $tctx, n_threads => 1, backend => 'cpu') },
+    'Lugh::Graph::n_nodes'         => sub { ($tgraph) },
+    'Lugh::Quant::import'          => sub { ('Lugh::Quant', 'Q4_K', ':funcs') },
+    (map { my $m = $_; ("Lugh::Quant::$m" => sub { (Lugh::Quant::Q4_K()) }) }
+        qw(type_name type_size blck_size type_sizef is_quantized requires_imatrix can_quantize type_info)),
+    'Lugh::Quant::row_size'        => sub { (Lugh::Quant::Q4_K(), 256) },
+    'Lugh::Quant::type_from_name'  => sub { ('q4_K') },
+    (map { my $m = $_; ("Lugh::Quant::$m" => sub { () }) } qw(type_count all_types all_quantized_types), @Lugh::Quant::TYPES),
+    'Lugh::Quant::quantize'        => sub { (Lugh::Quant::Q8_0(), [ (0.5) x 32 ], 32) },
+    'Lugh::Quant::dequantize'      => sub { (Lugh::Quant::Q8_0(), "\0" x 34) },
 );
 
 # The public subs the packages define (XS and perl).

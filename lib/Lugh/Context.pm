@@ -62,7 +62,7 @@ a positive integer.
     my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
     print $ctx->mem_size, "\n";    # 1048576
 
-=head2 used_mem
+=head2 used_mem, mem_used
 
     my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
     my $before = $ctx->used_mem;

@@ -200,7 +200,7 @@ Softmax of each row (over C<ne0>).
     my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
     printf "%.4f\n", (run($ctx, Lugh::Ops::rms_norm($ctx, f32($ctx, 3, 4), 1e-6)))[0];    # 0.8485
 
-C<x / sqrt(mean(x²) + eps)> over each row; C<eps> is 1e-5 if not given.
+C<x / sqrt(mean(x**2) + eps)> over each row; C<eps> is 1e-5 if not given.
 
 =head2 norm
 
@@ -261,8 +261,9 @@ The index of the largest value of each row of a matrix, as an I32 tensor.
 C<a [K, N]> times C<b [K, M]> gives C<[N, M]>: element C<(n, m)> is the dot
 product of row C<n> of C<a> with row C<m> of C<b> (C<< a^T b >> in matrix
 terms, the way a weight matrix meets activations). C<a> may be quantized;
-C<b> is F32. A 3- or 4-dimensional C<a> is repeated over C<b>'s extra
-extents (each must divide C<b>'s).
+C<b> is F32. For 3- and 4-dimensional operands, C<b>'s C<ne2> (and C<ne3>)
+must be a multiple of C<a>'s: each matrix of C<a> serves that many
+consecutive matrices of C<b> (as grouped-query attention shares a key head).
 
 =head2 transpose
 

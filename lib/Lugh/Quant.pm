@@ -91,7 +91,7 @@ Lugh::Quant - ggml's data types, and quantization of f32 data
     my @values = map { sin($_ / 10) } 0 .. 255;
     my $bytes  = quantize(Q8_0, \@values);
     my @back   = dequantize(Q8_0, $bytes);
-    printf "%d bytes, %.3f\n", length $bytes, $back[10];    # 272 bytes, 0.841
+    printf "%d bytes, %.2f\n", length $bytes, $back[10];    # 272 bytes, 0.84
 
 =head1 DESCRIPTION
 
@@ -103,18 +103,53 @@ tensor.
 
 =head1 EXPORTS
 
-Nothing by default. C<:types> exports the type constants, C<:funcs> the
-functions, C<:all> both; single names can be asked for too.
+=head2 import
+
+    use Lugh::Quant qw(:types type_name);
+    print type_name(Q5_K), "\n";    # q5_K
+
+Nothing is exported by default. C<:types> exports the type constants,
+C<:funcs> the functions, C<:all> both; single names can be asked for too.
+An unknown tag or name croaks.
 
 =head1 CONSTANTS
 
-C<F32 F16 BF16 F64 I8 I16 I32 I64>, C<Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q1_0 Q2_0>,
-the k-quants C<Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K>, the i-quants C<IQ1_S IQ1_M
-IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ4_NL IQ4_XS>, C<TQ1_0 TQ2_0 MXFP4 NVFP4>:
-each is ggml's type id. C<TYPE_COUNT> is one more than the largest id.
+Each is ggml's id of the type of the same name; C<TYPE_COUNT> is one more
+than the largest id.
 
     use Lugh::Quant qw(Q4_K TYPE_COUNT);
     print Q4_K, "\n";    # 12
+
+=over
+
+=item F32, F16, BF16, F64
+
+Floating point.
+
+=item I8, I16, I32, I64
+
+Integers (row ids, positions).
+
+=item Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q1_0, Q2_0
+
+Blocks of 32 values with a scale (and an offset for the C<_1> types).
+
+=item Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K
+
+k-quants: super-blocks of 256 values with quantized scales.
+
+=item IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS
+
+i-quants: lattice codebooks (C<IQ2_XXS>, C<IQ2_XS> and C<IQ1_S> need an
+importance matrix to be made).
+
+=item TQ1_0, TQ2_0, MXFP4, NVFP4
+
+Ternary and 4-bit floating-point formats.
+
+=item TYPE_COUNT
+
+=back
 
 =head1 FUNCTIONS
 
@@ -216,7 +251,7 @@ quantizers assume finite data).
 
     my $bytes = Lugh::Quant::quantize(Lugh::Quant::Q8_0, [ (0.5) x 32 ]);
     my @values = Lugh::Quant::dequantize(Lugh::Quant::Q8_0, $bytes);
-    print "$values[0]\n";    # 0.5
+    printf "%.3f\n", $values[0];    # 0.500
 
 The values of whole blocks of a type, decoded: a list of numbers, or in
 scalar context one string of packed floats (C<unpack 'f<*'>).

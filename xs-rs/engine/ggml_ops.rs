@@ -284,6 +284,9 @@ pub fn row_size(t: c_int, n: i64) -> usize {
 /// weights, caches, or one graph.
 pub struct Ctx {
     ptr: *mut ggml_context,
+    /// The arena of a data context: allocated here (ggml would abort the
+    /// process where the allocation fails) and freed after the context.
+    arena: Option<(std::ptr::NonNull<u8>, std::alloc::Layout)>,
 }
 
 // SAFETY: a context is only touched by the thread that currently holds the
@@ -305,21 +308,31 @@ impl Ctx {
         let params = ggml_init_params { mem_size: size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
         // SAFETY: ggml allocates the metadata pool itself; null on failure.
         let ptr = unsafe { ggml_init(params) };
-        (!ptr.is_null()).then_some(Ctx { ptr })
+        (!ptr.is_null()).then_some(Ctx { ptr, arena: None })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut ggml_context {
         self.ptr
     }
 
-    /// A context that allocates its tensors' data in one arena of
-    /// `mem_size` bytes (tensor metadata included), as ggml_init does when
-    /// no_alloc is false. None if the arena cannot be allocated.
+    /// A context that allocates its tensors' data in one zeroed arena of
+    /// `mem_size` bytes (tensor metadata included). None if the memory
+    /// cannot be had.
     pub fn new_arena(mem_size: usize) -> Option<Ctx> {
-        let params = ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: false };
-        // SAFETY: ggml allocates the arena itself; null on failure.
+        // GGML_MEM_ALIGN is 16; a cache line is kinder to the kernels.
+        let layout = std::alloc::Layout::from_size_align(mem_size.max(1), 64).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let arena = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let params = ggml_init_params { mem_size, mem_buffer: arena.as_ptr().cast(), no_alloc: false };
+        // SAFETY: the buffer is aligned, mem_size bytes long, and outlives
+        // the context (Drop frees the context first).
         let ptr = unsafe { ggml_init(params) };
-        (!ptr.is_null()).then_some(Ctx { ptr })
+        if ptr.is_null() {
+            // SAFETY: allocated above with this layout, not used by ggml.
+            unsafe { std::alloc::dealloc(arena.as_ptr(), layout) };
+            return None;
+        }
+        Some(Ctx { ptr, arena: Some((arena, layout)) })
     }
 
     /// Bytes of the arena in use (metadata and data of every tensor).
@@ -364,8 +377,14 @@ impl Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        // SAFETY: the context was made by ggml_init and is freed once.
-        unsafe { ggml_free(self.ptr) }
+        // SAFETY: the context was made by ggml_init and is freed once; its
+        // arena (when it is ours) only after it.
+        unsafe {
+            ggml_free(self.ptr);
+            if let Some((arena, layout)) = self.arena {
+                std::alloc::dealloc(arena.as_ptr(), layout);
+            }
+        }
     }
 }
 

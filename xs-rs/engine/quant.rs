@@ -75,11 +75,17 @@ pub fn data_bytes(t: &TypeInfo, n_per_row: u64, n_rows: u64) -> Result<usize, Er
             t.name, t.block_size
         )));
     }
-    let row = ggml_sys::row_bytes(t.id, n_per_row);
-    usize::try_from(n_rows)
-        .ok()
-        .and_then(|n| n.checked_mul(row))
-        .ok_or_else(|| Error::Argument("data too large".into()))
+    let too_large = || {
+        Error::Argument(format!(
+            "{n_rows} rows of {n_per_row} {} values are too large: more bytes than this machine can address",
+            t.name
+        ))
+    };
+    let row = (n_per_row / t.block_size)
+        .checked_mul(t.type_size)
+        .filter(|&b| b <= isize::MAX as u64)
+        .ok_or_else(too_large)?;
+    row.checked_mul(n_rows).filter(|&b| b <= isize::MAX as u64).map(|b| b as usize).ok_or_else(too_large)
 }
 
 /// Encodes `values` (rows of `n_per_row`) as type `t`.

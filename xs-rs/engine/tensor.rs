@@ -160,16 +160,14 @@ impl TensorHandle {
             .and_then(|rows| quant::data_bytes(&t, dims[0] as u64, rows))?;
         let _guard = lock();
         ctx.reserve(&format!("a {} tensor of shape [{}]", t.name, join(dims)), bytes)?;
+        // The arena is zeroed memory that ggml never hands out twice, so a
+        // new tensor reads as zeros.
         let tensor = ctx.ctx.new_tensor(t.id as i32, dims);
-        zero_fill(tensor);
         Ok(Arc::new(TensorHandle { ctx: ctx.clone(), tensor, deps: Vec::new() }))
     }
 
     /// Wraps the result of an op made in `ctx` from `inputs`.
     pub(crate) fn from_op(ctx: &Arc<TensorContext>, tensor: Tensor, inputs: &[&TensorHandle]) -> Arc<TensorHandle> {
-        if tensor.view_src().is_none() {
-            zero_fill(tensor);
-        }
         let mut deps: Vec<Arc<TensorContext>> = Vec::new();
         for c in inputs.iter().flat_map(|i| i.contexts()) {
             if !Arc::ptr_eq(c, ctx) && !deps.iter().any(|d| Arc::ptr_eq(d, c)) {
@@ -292,6 +290,7 @@ impl TensorHandle {
         let ne0 = self.ne()[0] as usize;
         let rows: Vec<Vec<u8>> = match kind {
             Scalar::F32 => {
+                check_float_range(&t, values, f64::from(f32::MAX))?;
                 values.chunks(ne0).map(|r| r.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect()).collect()
             }
             Scalar::F64 => values.chunks(ne0).map(|r| r.iter().flat_map(|&v| v.to_le_bytes()).collect()).collect(),
@@ -312,6 +311,8 @@ impl TensorHandle {
                     .collect()
             }
             Scalar::Codec => {
+                // f16 holds up to 65504; the other codecs take f32 input.
+                check_float_range(&t, values, if t.name == "f16" { 65504.0 } else { f64::from(f32::MAX) })?;
                 let floats: Vec<f32> = values.iter().map(|&v| v as f32).collect();
                 let encoded = quant::quantize(&t, &floats, ne0)?;
                 encoded.chunks(quant::data_bytes(&t, ne0 as u64, 1)?).map(<[u8]>::to_vec).collect()
@@ -327,7 +328,7 @@ impl TensorHandle {
     pub fn bytes(&self) -> Result<Vec<u8>, Error> {
         let _guard = lock();
         self.require_data("read its bytes")?;
-        self.require_contiguous("get_bytes")?;
+        self.require_contiguous()?;
         let mut out = vec![0u8; self.nbytes()];
         self.tensor.read_data(0, &mut out);
         Ok(out)
@@ -336,10 +337,10 @@ impl TensorHandle {
     /// Replaces the data with `bytes` (exactly nbytes of them, as stored).
     pub fn set_bytes(&self, bytes: &[u8]) -> Result<(), Error> {
         let _guard = lock();
-        self.require_contiguous("set_bytes")?;
+        self.require_contiguous()?;
         if bytes.len() != self.nbytes() {
             return Err(Error::Argument(format!(
-                "set_bytes: a {} tensor holds {} bytes, got {}",
+                "a {} tensor holds {} bytes, got {}",
                 self.describe(),
                 self.nbytes(),
                 bytes.len()
@@ -350,12 +351,12 @@ impl TensorHandle {
         Ok(())
     }
 
-    fn require_contiguous(&self, what: &str) -> Result<(), Error> {
+    fn require_contiguous(&self) -> Result<(), Error> {
         if self.is_contiguous() {
             return Ok(());
         }
         Err(Error::Argument(format!(
-            "{what}: the {} tensor is a strided view, not contiguous (copy it with Lugh::Ops::cont first)",
+            "the {} tensor is a strided view, not contiguous (copy it with Lugh::Ops::cont first)",
             self.describe()
         )))
     }
@@ -416,7 +417,7 @@ impl TensorHandle {
 
     /// A tensor of this one's shape, type `t`, holding `bytes`.
     fn with_data(&self, ctx: &Arc<TensorContext>, t: &TypeInfo, bytes: &[u8]) -> Result<Arc<TensorHandle>, Error> {
-        let out = TensorHandle::new(ctx, i64::from(t.id), &self.ne())?;
+        let out = TensorHandle::new(ctx, i64::from(t.id), &self.shape())?;
         out.set_bytes(bytes)?;
         Ok(out)
     }
@@ -478,6 +479,18 @@ pub(crate) fn i32_values(t: Tensor) -> Vec<i64> {
     read_rows(t, &info).map(|rows| rows.concat().chunks_exact(4).map(int_from_le).collect()).unwrap_or_default()
 }
 
+/// A finite value beyond what the type holds would be stored as infinity:
+/// refuse it instead.
+fn check_float_range(t: &TypeInfo, values: &[f64], max: f64) -> Result<(), Error> {
+    match values.iter().position(|v| v.is_finite() && v.abs() > max) {
+        Some(i) => Err(Error::Argument(format!(
+            "value {i} ({}) is outside the range of a {} tensor (largest magnitude {max})",
+            values[i], t.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Validates 1 to 4 positive extents.
 pub fn check_dims(dims: &[i64]) -> Result<(), Error> {
     if dims.is_empty() {
@@ -518,13 +531,6 @@ pub(crate) fn is_contiguous(t: Tensor) -> bool {
         }
     }
     true
-}
-
-fn zero_fill(t: Tensor) {
-    let n = t.nbytes();
-    if n > 0 && !t.data_ptr().is_null() {
-        t.write_data(0, &vec![0u8; n]);
-    }
 }
 
 fn int_from_le(bytes: &[u8]) -> i64 {

@@ -222,7 +222,7 @@ pub fn argmax(ctx: &Arc<TensorContext>, a: &TensorHandle) -> Result<Arc<TensorHa
 pub fn mul_mat(ctx: &Arc<TensorContext>, a: &TensorHandle, b: &TensorHandle) -> Result<Arc<TensorHandle>, Error> {
     let (na, nb) = (a.ne(), b.ne());
     if !ggml_sys::cpu_can_mul_mat(type_id(a)) {
-        return Err(err(format!("the CPU cannot multiply a {} matrix", a.type_info().name)));
+        return Err(err(format!("the CPU cannot multiply a matrix of type {}", a.type_info().name)));
     }
     if !a.rows_contiguous() || a.raw().nb()[0] > a.raw().nb()[1] {
         return Err(err(format!(
@@ -426,7 +426,7 @@ pub fn rope(
 pub fn diag_mask_inf(ctx: &Arc<TensorContext>, a: &TensorHandle, n_past: i64) -> Result<Arc<TensorHandle>, Error> {
     require_f32("the input", a)?;
     if !(0..=i64::from(i32::MAX)).contains(&n_past) {
-        return Err(err(format!("n_past must be an integer >= 0, got {n_past}")));
+        return Err(err(format!("n_past must be an integer from 0 to {}, got {n_past}", i32::MAX)));
     }
     plan("diag_mask_inf", ctx, &[(TYPE_F32, a.ne())])?.build(&[a], |c| c.diag_mask_inf(a.raw(), n_past as i32))
 }

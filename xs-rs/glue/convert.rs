@@ -234,7 +234,15 @@ impl Perl {
         if !self.is_defined(sv) {
             return "undef".into();
         }
-        match self.ref_kind(sv) {
+        let kind = self.ref_kind(sv);
+        // SAFETY: sv is live; ref_kind above ran its get magic.
+        let class = unsafe { ffi::lugh_sv_blessed(self.0, sv) };
+        if kind != 0 && !class.is_null() {
+            // SAFETY: perl's class names are NUL-terminated and outlive this call.
+            let class = unsafe { std::ffi::CStr::from_ptr(class) }.to_string_lossy();
+            return format!("a {class} object");
+        }
+        match kind {
             0 => {
                 let mut t = self.text(sv);
                 if t.chars().count() > 40 {

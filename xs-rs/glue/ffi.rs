@@ -48,6 +48,7 @@ extern "C" {
     pub fn lugh_sv_number_kind(p: Interp, sv: Sv) -> c_int;
     pub fn lugh_sv_pv(p: Interp, sv: Sv, len: *mut usize, is_utf8: *mut c_int) -> *const c_char;
     pub fn lugh_sv_ref_kind(p: Interp, sv: Sv) -> c_int;
+    pub fn lugh_sv_blessed(p: Interp, sv: Sv) -> *const c_char;
     pub fn lugh_av_count(p: Interp, rv: Sv) -> isize;
     pub fn lugh_av_fetch(p: Interp, rv: Sv, i: isize) -> Sv;
 

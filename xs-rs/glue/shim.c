@@ -365,6 +365,14 @@ int lugh_sv_number_kind(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_re
 /* 0: not a reference, else 'A' array, 'H' hash, 'C' code, 'S' other. */
 int lugh_sv_ref_kind(void *my_perl_v, SV *sv) { LUGH_CTX; return (int)lugh_read_of(aTHX_ LUGH_REF_KIND, sv).iv; }
 
+/* The class a reference is blessed into, or NULL (call after lugh_sv_ref_kind,
+ * which ran the value's get magic). */
+const char *lugh_sv_blessed(void *my_perl_v, SV *sv) {
+    LUGH_CTX;
+    if (!SvROK(sv) || !SvOBJECT(SvRV(sv))) return NULL;
+    return sv_reftype(SvRV(sv), 1);
+}
+
 /* The string's buffer; *is_utf8 says how to read it. For a value with magic
  * the buffer is a mortal copy, valid until the statement ends. */
 const char *lugh_sv_pv(void *my_perl_v, SV *sv, STRLEN *len, int *is_utf8) {

@@ -126,7 +126,7 @@ xs_subs! { "Lugh::Quant";
         let values: Vec<f32> = if perl.ref_kind(data) == b'A' {
             perl.float_array_arg(data, "data")?
         } else {
-            let bytes = perl.byte_string_arg(data, "data")?;
+            let bytes = perl.byte_string_arg(data, "data (an array reference of numbers, or packed f32)")?;
             if bytes.len() % 4 != 0 {
                 return Err(Error::Argument(format!(
                     "packed data must be whole f32 values (pack 'f<*'), got {} bytes", bytes.len()
@@ -135,6 +135,9 @@ xs_subs! { "Lugh::Quant";
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect()
         };
         let n_per_row = if perl.is_defined(args.get(2)) { perl.int_arg(args.get(2), "n_per_row")? } else { values.len() as i64 };
+        if values.is_empty() {
+            return Err(Error::Argument("there are no values to quantize".into()).into());
+        }
         if n_per_row <= 0 {
             return Err(Error::Argument(format!("n_per_row must be positive, got {n_per_row}")).into());
         }
