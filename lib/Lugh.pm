@@ -74,6 +74,8 @@ require Lugh::Tensor;
 require Lugh::Ops;
 require Lugh::Graph;
 require Lugh::Quant;
+require Lugh::Autograd;
+require Lugh::Optimizer;
 
 sub version { return $VERSION }
 

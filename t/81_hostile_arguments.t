@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -109,10 +109,16 @@ sub make_fixtures {
     $tids->set_f32(0, 1);
     $tgraph = Lugh::Graph->new($tctx);
     $tgraph->build_forward(Lugh::Ops::add($tctx, $tensor, $tensor));
+    $ag     = Lugh::Autograd::Tensor->new($tctx, 'f32', 2, { requires_grad => 1 });
+    $ag->set_data(0.5, -1);
+    $agw    = Lugh::Autograd::Tensor->new($tctx, 'f32', 2);
+    $agw->set_data(2, 3);
+    $opt    = Lugh::Optimizer::SGD->new(lr => 0.1, params => [$ag]);
+    $sched  = Lugh::Optimizer::LRScheduler->new($opt, schedule => 'cosine', total_steps => 10);
 }
 sub free_fixtures {
     undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec,
-        $tctx, $tensor, $t3, $tids, $tgraph;
+        $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched;
 }
 
 # name => the argument list of a valid call (for a method, the invocant first).
@@ -294,6 +300,34 @@ my %CALLS = (
     (map { my $m = $_; ("Lugh::Quant::$m" => sub { () }) } qw(type_count all_types all_quantized_types), @Lugh::Quant::TYPES),
     'Lugh::Quant::quantize'        => sub { (Lugh::Quant::Q8_0(), [ (0.5) x 32 ], 32) },
     'Lugh::Quant::dequantize'      => sub { (Lugh::Quant::Q8_0(), "\0" x 34) },
+
+    'Lugh::Autograd::is_grad_enabled'  => sub { () },
+    'Lugh::Autograd::set_grad_enabled' => sub { (1) },
+    (map { my $m = $_; ("Lugh::Autograd::$m" => sub { (sub { 1 }) }) } qw(no_grad enable_grad)),
+    'Lugh::Autograd::Tensor::new'      => sub { ('Lugh::Autograd::Tensor', $tctx, 'f32', 2, 2, { requires_grad => 1 }) },
+    'Lugh::Autograd::Tensor::requires_grad' => sub { ($ag, 1) },
+    'Lugh::Autograd::Tensor::set_data' => sub { ($ag, 1, 2) },
+    'Lugh::Autograd::Tensor::backward' => sub { ($ag, [ 1, 1 ]) },
+    (map { my $m = $_; ("Lugh::Autograd::Tensor::$m" => sub { ($ag) }) }
+        qw(grad zero_grad get_data nelements shape is_leaf tensor)),
+    (map { my $m = $_; ("Lugh::Autograd::Ops::$m" => sub { ('Lugh::Autograd::Ops', $tctx, $ag, $agw) }) }
+        qw(add sub mul div)),
+    'Lugh::Autograd::Ops::matmul'      => sub { ('Lugh::Autograd::Ops', $tctx, $ag, $agw) },
+    (map { my $m = $_; ("Lugh::Autograd::Ops::$m" => sub { ('Lugh::Autograd::Ops', $tctx, $ag) }) }
+        qw(sum mean relu gelu silu softmax)),
+    'Lugh::Autograd::Ops::scale'       => sub { ('Lugh::Autograd::Ops', $tctx, $ag, 2) },
+    'Lugh::Autograd::Ops::rms_norm'    => sub { ('Lugh::Autograd::Ops', $tctx, $ag, 1e-5) },
+    'Lugh::Optimizer::SGD::new'        => sub { ('Lugh::Optimizer::SGD', lr => 0.1, momentum => 0.9, params => [$ag]) },
+    'Lugh::Optimizer::AdamW::new'      => sub { ('Lugh::Optimizer::AdamW', lr => 0.1, beta1 => 0.8, params => [$ag]) },
+    'Lugh::Optimizer::add_param'       => sub { ($opt, $ag) },
+    'Lugh::Optimizer::set_lr'          => sub { ($opt, 0.5) },
+    (map { my $m = $_; ("Lugh::Optimizer::$m" => sub { ($opt) }) }
+        qw(params get_lr get_step_count step zero_grad momentum weight_decay nesterov)),
+    (map { my $m = $_; ("Lugh::Optimizer::$m" => sub { (Lugh::Optimizer::AdamW->new) }) } qw(beta1 beta2 eps)),
+    (map { my $m = $_; ("Lugh::Optimizer::$m" => sub { ('Lugh::Optimizer', 1, $ag) }) } qw(clip_grad_norm clip_grad_value)),
+    'Lugh::Optimizer::LRScheduler::new' => sub { ('Lugh::Optimizer::LRScheduler', $opt, schedule => 'linear', warmup_steps => 2) },
+    'Lugh::Optimizer::LRScheduler::lr_at' => sub { ($sched, 3) },
+    (map { my $m = $_; ("Lugh::Optimizer::LRScheduler::$m" => sub { ($sched) }) } qw(step get_lr get_step)),
 );
 
 # The public subs the packages define (XS and perl).

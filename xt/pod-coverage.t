@@ -23,7 +23,14 @@ while (my $package = shift @packages) {
 }
 
 # The file documenting a package: its own, or the one it lives in.
-my %inner = ('Lugh::Tokenizer::Decoder' => 'Lugh::Tokenizer');
+my %inner = (
+    'Lugh::Tokenizer::Decoder'     => 'Lugh::Tokenizer',
+    'Lugh::Autograd::Tensor'       => 'Lugh::Autograd',
+    'Lugh::Autograd::Ops'          => 'Lugh::Autograd',
+    'Lugh::Optimizer::SGD'         => 'Lugh::Optimizer',
+    'Lugh::Optimizer::AdamW'       => 'Lugh::Optimizer',
+    'Lugh::Optimizer::LRScheduler' => 'Lugh::Optimizer',
+);
 for my $package (sort keys %subs) {
     (my $file = ($inner{$package} // $package) . '.pm') =~ s{::}{/}g;
     my $path = $INC{$file} or do { fail("$package: no file loaded for it"); next };

@@ -10,7 +10,8 @@ our $VERSION = '0.20';
 
 sub new {
     my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Context->new', { mem_size => 16 * 1024 * 1024 }, @args);
+    my %opt = Lugh::_options('Lugh::Context->new', { mem_size => 16 * 1024 * 1024, size => undef }, @args);
+    $opt{mem_size} = $opt{size} if defined $opt{size};    # the name some Lugh 0.12 scripts used
     return _new($class, $opt{mem_size});
 }
 
@@ -54,8 +55,8 @@ in any order.
 
     my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);   # 1 MiB
 
-C<mem_size> is the arena's size in bytes (16 MiB if not given); it must be
-a positive integer.
+C<mem_size> (or C<size>) is the arena's size in bytes (16 MiB if not
+given); it must be a positive integer.
 
 =head2 mem_size
 

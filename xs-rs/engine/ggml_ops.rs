@@ -163,6 +163,21 @@ extern "C" {
     fn ggml_mean(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_argmax(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_diag_mask_inf(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: c_int) -> *mut ggml_tensor;
+    fn ggml_cpy(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_opt_step_adamw(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        grad: *mut ggml_tensor,
+        m: *mut ggml_tensor,
+        v: *mut ggml_tensor,
+        params: *mut ggml_tensor,
+    ) -> *mut ggml_tensor;
+    fn ggml_softplus(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_set_param(t: *mut ggml_tensor);
+    fn ggml_set_loss(t: *mut ggml_tensor);
+    fn ggml_build_backward_expand(ctx: *mut ggml_context, graph: *mut ggml_cgraph, grad_accs: *mut *mut ggml_tensor);
+    fn ggml_graph_get_grad(graph: *const ggml_cgraph, node: *const ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_graph_reset(graph: *mut ggml_cgraph);
     fn ggml_repeat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_graph_add_node(graph: *mut ggml_cgraph, t: *mut ggml_tensor);
     fn ggml_graph_size(graph: *mut ggml_cgraph) -> c_int;
@@ -226,6 +241,27 @@ impl Tensor {
         assert!(!data.is_null() && offset.checked_add(src.len()).is_some_and(|end| end <= self.nbytes()));
         // SAFETY: the range lies inside the tensor's data (checked above).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), data.add(offset), src.len()) }
+    }
+    /// ggml's flag bits (input, output, param, loss).
+    pub fn flags(&self) -> i32 {
+        self.raw().flags
+    }
+    /// Restores flag bits saved by `flags` (after a backward pass).
+    pub fn restore_flags(&self, flags: i32) {
+        // SAFETY: the tensor is live; the owner holds the tensor lock.
+        unsafe { (*self.0).flags = flags }
+    }
+    /// Marks a leaf as a parameter whose gradient a backward pass computes.
+    pub fn mark_param(&self) {
+        assert_eq!(self.op(), 0, "only a leaf can be a parameter");
+        // SAFETY: the tensor is live and a leaf (ggml asserts that).
+        unsafe { ggml_set_param(self.0) }
+    }
+    /// Marks a scalar f32 tensor as the loss of a backward pass.
+    pub fn mark_loss(&self) {
+        assert!(self.type_id() == GGML_TYPE_F32 && self.ne() == [1, 1, 1, 1], "the loss is one f32");
+        // SAFETY: the tensor is live, a scalar and f32 (ggml asserts that).
+        unsafe { ggml_set_loss(self.0) }
     }
     /// The tensor this one is a view of, if it is one.
     pub fn view_src(&self) -> Option<Tensor> {
@@ -305,6 +341,17 @@ impl Ctx {
             // SAFETY: pure size arithmetic.
             size += unsafe { ggml_graph_overhead_custom(graph_nodes, false) };
         }
+        let params = ggml_init_params { mem_size: size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
+        // SAFETY: ggml allocates the metadata pool itself; null on failure.
+        let ptr = unsafe { ggml_init(params) };
+        (!ptr.is_null()).then_some(Ctx { ptr, arena: None })
+    }
+
+    /// A metadata-only context for one graph of `graph_nodes` nodes with
+    /// gradients, and the `n_tensors` tensors its backward pass makes.
+    pub fn new_for_backward(n_tensors: usize, graph_nodes: usize) -> Option<Ctx> {
+        // SAFETY: pure size arithmetic.
+        let size = unsafe { ggml_tensor_overhead() * n_tensors + ggml_graph_overhead_custom(graph_nodes, true) };
         let params = ggml_init_params { mem_size: size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
         // SAFETY: ggml allocates the metadata pool itself; null on failure.
         let ptr = unsafe { ggml_init(params) };
@@ -417,6 +464,37 @@ impl GraphCtx {
         // SAFETY: the context was sized for a graph of max_nodes nodes.
         let graph = unsafe { ggml_new_graph_custom(ctx.ptr, max_nodes, false) };
         Some(GraphCtx { ctx, graph })
+    }
+
+    /// A graph with room for gradients: `max_nodes` nodes, and `n_tensors`
+    /// tensors for its backward pass (see `build_backward`).
+    pub fn new_with_grads(max_nodes: usize, n_tensors: usize) -> Option<GraphCtx> {
+        let ctx = Ctx::new_for_backward(n_tensors, max_nodes)?;
+        // SAFETY: the context was sized for a graph of max_nodes nodes with grads.
+        let graph = unsafe { ggml_new_graph_custom(ctx.ptr, max_nodes, true) };
+        Some(GraphCtx { ctx, graph })
+    }
+
+    /// Adds the backward pass of the expanded graph: the gradient of the
+    /// tensor marked as loss with respect to each one marked as parameter
+    /// (the caller marked both, and sized the graph for it).
+    pub fn build_backward(&self) {
+        // SAFETY: a graph made by new_with_grads, with a loss and parameters.
+        unsafe { ggml_build_backward_expand(self.ctx.ptr, self.graph, std::ptr::null_mut()) }
+    }
+
+    /// The gradient tensor of `t` in a graph with its backward pass, if any.
+    pub fn grad(&self, t: Tensor) -> Option<Tensor> {
+        // SAFETY: both live.
+        let g = unsafe { ggml_graph_get_grad(self.graph, t.0) };
+        (!g.is_null()).then_some(Tensor(g))
+    }
+
+    /// Sets the loss's gradient to 1 and every accumulator to 0 (the
+    /// gradient tensors must be allocated).
+    pub fn reset_grads(&self) {
+        // SAFETY: a graph with grads whose accumulators are allocated.
+        unsafe { ggml_graph_reset(self.graph) }
     }
 
     pub(crate) fn graph_ptr(&self) -> *mut ggml_cgraph {
@@ -668,6 +746,21 @@ impl Ctx {
     pub fn diag_mask_inf(&self, a: Tensor, n_past: i32) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_diag_mask_inf(self.c(), a.0, n_past) })
+    }
+    /// Copies `a` into `b` (same element count) when the graph runs.
+    pub fn cpy(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_cpy(self.c(), a.0, b.0) })
+    }
+    /// One AdamW step of `param` in place (ggml-opt's op): `hyper` holds
+    /// alpha, beta1, beta2, eps, weight decay, 1/(1-beta1^t), 1/(1-beta2^t).
+    pub fn opt_step_adamw(&self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, hyper: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_opt_step_adamw(self.c(), param.0, grad.0, m.0, v.0, hyper.0) })
+    }
+    pub fn softplus(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_softplus(self.c(), a.0) })
     }
     /// `a` repeated to the shape of `b`.
     pub fn repeat(&self, a: Tensor, b: Tensor) -> Tensor {

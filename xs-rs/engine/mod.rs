@@ -1,6 +1,7 @@
 //! The engine: everything Lugh computes, with no knowledge of perl.
 pub mod alloc_count;
 pub mod arch;
+pub mod autograd;
 pub mod backend;
 pub mod chat_template;
 pub mod compute;
@@ -24,6 +25,7 @@ pub mod logits;
 pub mod lora;
 pub mod model;
 pub mod ngram;
+pub mod optimizer;
 pub mod profile;
 pub mod quant;
 pub mod rope;

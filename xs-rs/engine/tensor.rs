@@ -232,8 +232,7 @@ impl TensorHandle {
     /// Whether the tensor holds values: made by Lugh::Tensor (or written
     /// to), or the result of an op that a graph has computed.
     pub fn has_data(&self) -> bool {
-        let root = self.tensor.view_src().unwrap_or(self.tensor);
-        root.op() == 0 || self.contexts().any(|c| c.owns(root) && c.computed().contains(&(root.0 as usize)))
+        holds_values(self.tensor, self.contexts())
     }
 
     fn require_data(&self, what: &str) -> Result<(), Error> {
@@ -471,6 +470,21 @@ fn write_rows(t: Tensor, info: &TypeInfo, rows: &[Vec<u8>]) {
             }
         }
     }
+}
+
+/// Whether `t`, a tensor of one of `contexts`, holds values: a leaf, or an
+/// op result (or a view of one) that a graph computed.
+pub(crate) fn holds_values<'a>(t: Tensor, mut contexts: impl Iterator<Item = &'a Arc<TensorContext>>) -> bool {
+    let root = t.view_src().unwrap_or(t);
+    root.op() == 0 || contexts.any(|c| c.owns(root) && c.computed().contains(&(root.0 as usize)))
+}
+
+/// The values of an f32 tensor of a graph (a gradient).
+pub(crate) fn f32_values(t: Tensor) -> Vec<f32> {
+    let info = quant::info(i64::from(t.type_id())).expect("a known type");
+    read_rows(t, &info)
+        .map(|rows| rows.concat().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect())
+        .unwrap_or_default()
 }
 
 /// The values of an i32 tensor of a graph (for checking row ids).

@@ -7,11 +7,11 @@
 //! each get_rows, whose ids are checked against the rows first.
 use super::backend;
 use super::ggml_ops::{GraphCtx, Tensor};
-use super::ggml_runtime::{Backend, Device};
+use super::ggml_runtime::{Backend, Buffer, Device};
 use super::inference::available_cpus;
-use super::tensor::{i32_values, lock, mark_computed, TensorContext, TensorHandle};
+use super::tensor::{f32_values, holds_values, i32_values, lock, mark_computed, TensorContext, TensorHandle};
 use super::Error;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The CPU backend the graphs run on, made on first use and kept (with its
@@ -52,43 +52,185 @@ impl TensorGraph {
         if outputs.is_empty() {
             return Err(Error::Argument("the graph is empty (call build_forward first)".into()));
         }
-        let mut contexts: Vec<Arc<TensorContext>> = Vec::new();
-        for c in outputs.iter().flat_map(|o| o.contexts()) {
-            if !contexts.iter().any(|k| Arc::ptr_eq(k, c)) {
-                contexts.push(c.clone());
-            }
-        }
-        let _guard = lock();
-        let mut seen = HashSet::new();
-        let size: usize = outputs.iter().map(|o| count_all(o.raw(), &mut seen)).sum::<usize>() + 1;
-        let graph = GraphCtx::new(size).ok_or_else(|| Error::Ggml("cannot allocate a graph".into()))?;
-        for o in &outputs {
-            graph.expand(o.raw());
-        }
-        let nodes = graph.nodes();
-        let mut cpu = CPU.lock().unwrap_or_else(|p| p.into_inner());
-        if cpu.is_none() {
-            *cpu = Device::by_backend_name("cpu").and_then(|d| d.init_backend());
-        }
-        let cpu = cpu.as_mut().ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
-        cpu.set_n_threads(n_threads.clamp(1, available_cpus()));
-        let row_lookups: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].op_desc() == "GET_ROWS").collect();
-        if row_lookups.is_empty() {
-            run(cpu, &graph)?;
-        } else {
-            let mut start = 0;
-            for &i in &row_lookups {
-                run_segment(cpu, &nodes[start..i])?;
-                check_row_ids(nodes[i])?;
-                start = i;
-            }
-            run_segment(cpu, &nodes[start..])?;
-        }
-        for &node in &nodes {
-            mark_computed(&contexts, node);
-        }
-        Ok(())
+        execute(&outputs, n_threads, false)
     }
+}
+
+/// Computes the ops `t` needs that hold no values yet (eager evaluation:
+/// what was computed before keeps its values).
+pub fn compute_pending(t: &Arc<TensorHandle>) -> Result<(), Error> {
+    execute(std::slice::from_ref(t), super::inference::physical_cores(), true)
+}
+
+fn execute(outputs: &[Arc<TensorHandle>], n_threads: usize, only_pending: bool) -> Result<(), Error> {
+    let mut contexts: Vec<Arc<TensorContext>> = Vec::new();
+    for c in outputs.iter().flat_map(|o| o.contexts()) {
+        if !contexts.iter().any(|k| Arc::ptr_eq(k, c)) {
+            contexts.push(c.clone());
+        }
+    }
+    let _guard = lock();
+    let mut seen = HashSet::new();
+    let size: usize = outputs.iter().map(|o| count_all(o.raw(), &mut seen)).sum::<usize>() + 1;
+    let graph = GraphCtx::new(size).ok_or_else(|| Error::Ggml("cannot allocate a graph".into()))?;
+    for o in outputs {
+        graph.expand(o.raw());
+    }
+    let mut nodes = graph.nodes();
+    if only_pending {
+        nodes.retain(|&n| !holds_values(n, contexts.iter()));
+    }
+    let mut cpu = CPU.lock().unwrap_or_else(|p| p.into_inner());
+    if cpu.is_none() {
+        *cpu = Device::by_backend_name("cpu").and_then(|d| d.init_backend());
+    }
+    let cpu = cpu.as_mut().ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
+    cpu.set_n_threads(n_threads.clamp(1, available_cpus()));
+    let row_lookups: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].op_desc() == "GET_ROWS").collect();
+    if row_lookups.is_empty() && !only_pending {
+        run(cpu, &graph)?;
+    } else {
+        let mut start = 0;
+        for &i in &row_lookups {
+            run_segment(cpu, &nodes[start..i])?;
+            check_row_ids(nodes[i])?;
+            start = i;
+        }
+        run_segment(cpu, &nodes[start..])?;
+    }
+    for &node in &nodes {
+        mark_computed(&contexts, node);
+    }
+    Ok(())
+}
+
+/// The ops whose backward pass ggml has (ggml_compute_backward, 0.26.0):
+/// anything else on the way from a parameter to the loss would abort.
+const DIFFERENTIABLE: &[&str] = &[
+    "NONE",
+    "ADD",
+    "SUB",
+    "MUL",
+    "DIV",
+    "SQR",
+    "SQRT",
+    "LOG",
+    "SUM",
+    "SUM_ROWS",
+    "MEAN",
+    "REPEAT",
+    "RMS_NORM",
+    "MUL_MAT",
+    "SCALE",
+    "CONT",
+    "RESHAPE",
+    "VIEW",
+    "PERMUTE",
+    "TRANSPOSE",
+    "GET_ROWS",
+    "DIAG_MASK_INF",
+    "SOFT_MAX",
+    "ROPE",
+    "RELU",
+    "SILU",
+    "EXP",
+    "SOFTPLUS",
+    "NEG",
+    "ABS",
+    "SWIGLU",
+    "CROSS_ENTROPY_LOSS",
+];
+
+/// The gradient of the scalar `loss` with respect to each of `params`
+/// (leaf f32 tensors it is computed from), then to each of `others` (op
+/// results on the way), by ggml's backward graph; a tensor the loss does not
+/// depend on gets zeros.
+pub fn gradients(
+    loss: &TensorHandle,
+    params: &[Arc<TensorHandle>],
+    others: &[Arc<TensorHandle>],
+) -> Result<Vec<Vec<f32>>, Error> {
+    if loss.type_info().name != "f32" || loss.nelements() != 1 {
+        return Err(Error::Argument(format!(
+            "the loss must be one f32 value, got {} (reduce it with sum or mean first)",
+            loss.describe()
+        )));
+    }
+    if let Some(p) = params.iter().find(|p| p.raw().op() != 0 || p.type_info().name != "f32") {
+        return Err(Error::Argument(format!("a parameter must be an f32 tensor made directly, got {}", p.describe())));
+    }
+    let _guard = lock();
+    check_differentiable(loss.raw(), params)?;
+    let touched: Vec<Tensor> = params.iter().map(|p| p.raw()).chain(std::iter::once(loss.raw())).collect();
+    let saved: Vec<i32> = touched.iter().map(|t| t.flags()).collect();
+    for p in params {
+        p.raw().mark_param();
+    }
+    loss.raw().mark_loss();
+    let wanted: Vec<&Arc<TensorHandle>> = params.iter().chain(others).collect();
+    let result = run_backward(loss.raw(), &wanted);
+    for (t, flags) in touched.iter().zip(saved) {
+        t.restore_flags(flags);
+    }
+    result
+}
+
+fn run_backward(loss: Tensor, wanted: &[&Arc<TensorHandle>]) -> Result<Vec<Vec<f32>>, Error> {
+    let mut seen = HashSet::new();
+    let n = count_all(loss, &mut seen);
+    // The backward pass adds a few nodes per forward node.
+    let graph = GraphCtx::new_with_grads(8 * n + 64, 8 * n + 64)
+        .ok_or_else(|| Error::Ggml("cannot allocate a graph with gradients".into()))?;
+    graph.expand(loss);
+    graph.build_backward();
+    let buft = Device::by_backend_name("cpu")
+        .ok_or_else(|| Error::Backend("ggml's CPU backend is missing".into()))?
+        .buffer_type();
+    // Every tensor the backward pass made gets its own memory (none is
+    // reused), so the gradients can be read after the graph ran.
+    let _buffer = Buffer::alloc_ctx_tensors(&graph.ctx, buft)
+        .ok_or_else(|| Error::Ggml("cannot allocate the backward pass's tensors".into()))?;
+    graph.reset_grads();
+    for node in graph.nodes().into_iter().filter(|n| n.op_desc() == "GET_ROWS") {
+        check_row_ids(node)?;
+    }
+    let mut cpu = CPU.lock().unwrap_or_else(|p| p.into_inner());
+    if cpu.is_none() {
+        *cpu = Device::by_backend_name("cpu").and_then(|d| d.init_backend());
+    }
+    let cpu = cpu.as_mut().ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
+    cpu.set_n_threads(1.max(available_cpus().min(super::inference::physical_cores())));
+    run(cpu, &graph)?;
+    Ok(wanted
+        .iter()
+        .map(|p| match graph.grad(p.raw()) {
+            Some(g) => f32_values(g),
+            None => vec![0.0; p.nelements() as usize],
+        })
+        .collect())
+}
+
+/// Every op between a parameter and the loss has a backward pass in ggml.
+fn check_differentiable(loss: Tensor, params: &[Arc<TensorHandle>]) -> Result<(), Error> {
+    let param_set: HashSet<usize> = params.iter().map(|p| p.raw().0 as usize).collect();
+    // Whether t is computed from a parameter (memoised by address).
+    fn depends(t: Tensor, params: &HashSet<usize>, memo: &mut HashMap<usize, (Tensor, bool)>) -> bool {
+        if let Some(&(_, d)) = memo.get(&(t.0 as usize)) {
+            return d;
+        }
+        let d = params.contains(&(t.0 as usize))
+            | t.srcs().into_iter().fold(false, |any, s| depends(s, params, memo) | any);
+        memo.insert(t.0 as usize, (t, d));
+        d
+    }
+    let mut memo = HashMap::new();
+    if !depends(loss, &param_set, &mut memo) {
+        return Err(Error::Argument("the loss does not depend on any tensor that requires a gradient".into()));
+    }
+    if let Some((t, _)) = memo.values().find(|(t, d)| *d && !DIFFERENTIABLE.contains(&t.op_desc().as_str())) {
+        return Err(Error::Argument(format!("ggml has no gradient for {} (on the way to the loss)", t.op_desc())));
+    }
+    Ok(())
 }
 
 fn check_backend(name: &str) -> Result<(), Error> {

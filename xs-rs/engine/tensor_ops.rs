@@ -430,3 +430,51 @@ pub fn diag_mask_inf(ctx: &Arc<TensorContext>, a: &TensorHandle, n_past: i64) ->
     }
     plan("diag_mask_inf", ctx, &[(TYPE_F32, a.ne())])?.build(&[a], |c| c.diag_mask_inf(a.raw(), n_past as i32))
 }
+
+/// log(1 + exp(x)), element-wise (autograd builds its GELU from it: ggml
+/// has no backward pass for GELU itself).
+pub fn softplus(ctx: &Arc<TensorContext>, a: &TensorHandle) -> Result<Arc<TensorHandle>, Error> {
+    require_f32("the input", a)?;
+    plan("softplus", ctx, &[(TYPE_F32, a.ne())])?.build(&[a], |c| c.softplus(a.raw()))
+}
+
+/// Copies `src` into `dst` when the graph runs (both f32, one shape).
+pub fn copy_into(ctx: &Arc<TensorContext>, src: &TensorHandle, dst: &TensorHandle) -> Result<Arc<TensorHandle>, Error> {
+    require_f32("the source", src)?;
+    require_f32("the destination", dst)?;
+    if src.ne() != dst.ne() {
+        return Err(err(format!("cannot copy {} into {}", src.describe(), dst.describe())));
+    }
+    view_plan("copy", ctx).build(&[src, dst], |c| c.cpy(src.raw(), dst.raw()))
+}
+
+/// One AdamW step of `param` in place, by ggml-opt's own op: `m` and `v`
+/// are the moment estimates, `hyper` the 7 hyperparameters (see
+/// Ctx::opt_step_adamw).
+pub fn adamw_step(
+    ctx: &Arc<TensorContext>,
+    param: &TensorHandle,
+    grad: &TensorHandle,
+    m: &TensorHandle,
+    v: &TensorHandle,
+    hyper: &TensorHandle,
+) -> Result<Arc<TensorHandle>, Error> {
+    for (what, t) in [("the parameter", param), ("the gradient", grad), ("m", m), ("v", v)] {
+        require_f32(what, t)?;
+        if t.ne() != param.ne() {
+            return Err(err(format!("{what} {} does not match the parameter {}", t.describe(), param.describe())));
+        }
+    }
+    require_f32("the hyperparameters", hyper)?;
+    if hyper.nelements() != 7 {
+        return Err(err(format!("AdamW takes 7 hyperparameters, got {}", hyper.nelements())));
+    }
+    if param.raw().op() != 0 {
+        return Err(err(format!("the parameter must be a tensor made directly, not {}", param.raw().op_desc())));
+    }
+    view_plan("adamw", ctx).build(&[param, grad, m, v, hyper], |c| {
+        // ggml-opt's op updates only tensors marked as parameters.
+        param.raw().mark_param();
+        c.opt_step_adamw(param.raw(), grad.raw(), m.raw(), v.raw(), hyper.raw())
+    })
+}

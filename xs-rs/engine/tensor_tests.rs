@@ -116,3 +116,31 @@ fn a_graph_without_outputs_or_on_another_backend_is_an_error() {
     g.build_forward(a);
     assert!(g.compute(1, "no-such-backend").err().unwrap().to_string().contains("no-such-backend"));
 }
+
+#[test]
+fn gradients_come_from_ggml_backward() {
+    use crate::engine::tensor_graph::gradients;
+    let ctx = TensorContext::new(1 << 20).unwrap();
+    let a = vector(&ctx, &[1.0, 2.0, 3.0]);
+    let b = vector(&ctx, &[4.0, 5.0, 6.0]);
+    let prod = tensor_ops::binary(&ctx, Binary::Mul, &a, &b).unwrap();
+    let act = tensor_ops::unary(&ctx, Unary::Silu, &prod).unwrap();
+    let loss = tensor_ops::sum(&ctx, &act).unwrap();
+    compute(&loss);
+    let grads = gradients(&loss, &[a.clone(), b.clone()], &[]).unwrap();
+    let dsilu = |x: f64| {
+        let s = 1.0 / (1.0 + (-x).exp());
+        s * (1.0 + x * (1.0 - s))
+    };
+    for i in 0..3 {
+        let (x, y) = (i as f64 + 1.0, i as f64 + 4.0);
+        assert!((f64::from(grads[0][i]) - y * dsilu(x * y)).abs() < 1e-4, "{grads:?}");
+        assert!((f64::from(grads[1][i]) - x * dsilu(x * y)).abs() < 1e-4, "{grads:?}");
+    }
+    // a loss that is not a scalar, and an op without a backward pass
+    assert!(gradients(&act, std::slice::from_ref(&a), &[]).is_err());
+    let g = tensor_ops::unary(&ctx, Unary::Gelu, &a).unwrap();
+    let l = tensor_ops::sum(&ctx, &g).unwrap();
+    compute(&l);
+    assert!(gradients(&l, &[a], &[]).err().unwrap().to_string().contains("GELU"));
+}

@@ -1,6 +1,7 @@
 //! The XS subs, one file per perl package.
 use crate::glue::{self, ffi, Cv, Interp};
 
+mod autograd;
 mod context;
 mod graph;
 mod inference;
@@ -11,6 +12,7 @@ mod lugh;
 mod memory_pool;
 mod model;
 mod ops;
+mod optimizer;
 mod prompt;
 mod quant;
 mod rope;
@@ -46,6 +48,9 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         ops::SUBS,
         graph::SUBS,
         quant::SUBS,
+        autograd::SUBS,
+        autograd::ops::SUBS,
+        optimizer::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);
