@@ -76,6 +76,7 @@ require Lugh::Graph;
 require Lugh::Quant;
 require Lugh::Autograd;
 require Lugh::Optimizer;
+require Lugh::Train;
 
 sub version { return $VERSION }
 

@@ -469,8 +469,9 @@ croaks_like(sub { Lugh::Context->new(mem_size => -1) }, qr/^Lugh::Context->new: 
     'negative mem_size (0.12 wrapped it to a huge size)');
 croaks_like(sub { Lugh::Context->new(mem_size => 'lots') }, qr/^Lugh::Context->new: mem_size must be an integer, got 'lots'/,
     'mem_size not a number');
-croaks_like(sub { Lugh::Context->new(size => 1024) }, qr/^Lugh::Context->new: unknown option 'size'/,
+croaks_like(sub { Lugh::Context->new(bytes => 1024) }, qr/^Lugh::Context->new: unknown option 'bytes'/,
     'unknown Context option (0.12 ignored it)');
+is(Lugh::Context->new(size => 4096)->mem_size, 4096, 'size is mem_size\'s other name (some 0.12 scripts used it)');
 croaks_like(sub { Lugh::Tensor->new_f32($ctx, 2, 2, 2, 2, 2) },
     qr/^Lugh::Tensor->new: Maximum 4 dimensions supported, got 5/, '5 dimensions');
 croaks_like(sub { Lugh::Tensor->new_f32($ctx, 0) },

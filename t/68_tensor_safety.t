@@ -197,7 +197,7 @@ subtest 'the memory limit of a context' => sub {
         'mem_size -5');
     croaks_then_works(sub { Lugh::Context->new(mem_size => 'lots') }, qr/\ALugh::Context->new: mem_size must be an integer/,
         'mem_size lots');
-    croaks_then_works(sub { Lugh::Context->new(size => 1024) }, qr/\ALugh::Context->new: unknown option 'size'/,
+    croaks_then_works(sub { Lugh::Context->new(bytes => 1024) }, qr/\ALugh::Context->new: unknown option 'bytes'/,
         'an unknown option');
 
     # More than the machine can allocate: malloc fails, and that must croak

@@ -328,7 +328,20 @@ my %CALLS = (
     'Lugh::Optimizer::LRScheduler::new' => sub { ('Lugh::Optimizer::LRScheduler', $opt, schedule => 'linear', warmup_steps => 2) },
     'Lugh::Optimizer::LRScheduler::lr_at' => sub { ($sched, 3) },
     (map { my $m = $_; ("Lugh::Optimizer::LRScheduler::$m" => sub { ($sched) }) } qw(step get_lr get_step)),
+
+    'Lugh::Train::cross_entropy_loss' => sub { ('Lugh::Train', $tctx, $ag, [1]) },
+    'Lugh::Train::mse_loss'        => sub { ('Lugh::Train', $tctx, $ag, $agw) },
+    'Lugh::Train::batch_data'      => sub { ('Lugh::Train', [ 1 .. 5 ], batch_size => 2, shuffle => 1) },
+    'Lugh::Train::tokenize_batch'  => sub { ('Lugh::Train', $tok, [ 'hello world', 'again' ], max_length => 4) },
+    'Lugh::Train::training_step'   => sub { ('Lugh::Train', LughTest::Linear->new($tctx, $ag), $opt, $agw, $agw,
+        loss_fn => 'mse', ctx => $tctx) },
+    'Lugh::Train::zero_grad'       => sub { ('Lugh::Train', $ag) },
 );
+
+package LughTest::Linear {
+    sub new     { my ($class, $ctx, $w) = @_; return bless { ctx => $ctx, w => $w }, $class }
+    sub forward { my ($self, $x) = @_; return Lugh::Autograd::Ops->mul($self->{ctx}, $x, $self->{w}) }
+}
 
 # The public subs the packages define (XS and perl).
 sub public_subs {

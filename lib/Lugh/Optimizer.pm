@@ -92,14 +92,19 @@ sub new {
     my %opt = Lugh::_options('Lugh::Optimizer::LRScheduler->new',
         { schedule => 'constant', warmup_steps => 0, total_steps => 1000, min_lr => 0, decay_rate => 0.1,
           milestones => [] }, @pairs);
-    Lugh::_croak("Lugh::Optimizer::LRScheduler->new: unknown schedule '$opt{schedule}' (schedules: "
+    my $schedule = defined $opt{schedule} ? "'$opt{schedule}'" : 'undef';
+    Lugh::_croak("Lugh::Optimizer::LRScheduler->new: unknown schedule $schedule (schedules: "
         . join(', ', sort keys %SCHEDULES) . ')') unless defined $opt{schedule} && $SCHEDULES{ $opt{schedule} };
+    for my $key (qw(min_lr decay_rate)) {
+        Lugh::_croak("Lugh::Optimizer::LRScheduler->new: $key must be a number >= 0")
+            unless defined $opt{$key} && !ref $opt{$key} && $opt{$key} =~ /\A[+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\z/;
+    }
     for my $key (qw(warmup_steps total_steps)) {
         Lugh::_croak("Lugh::Optimizer::LRScheduler->new: $key must be an integer >= 0")
             unless defined $opt{$key} && $opt{$key} =~ /\A\d+\z/;
     }
-    Lugh::_croak('Lugh::Optimizer::LRScheduler->new: milestones must be an array reference')
-        unless ref $opt{milestones} eq 'ARRAY';
+    Lugh::_croak('Lugh::Optimizer::LRScheduler->new: milestones must be an array reference of step numbers')
+        unless ref $opt{milestones} eq 'ARRAY' && !grep { !defined || ref || !/\A\d+\z/ } @{ $opt{milestones} };
     return bless { %opt, optimizer => $optimizer, initial_lr => $optimizer->get_lr, current_step => 0 }, $class;
 }
 
@@ -202,9 +207,9 @@ C<g += weight_decay * p; v = momentum * v + g; p -= lr * (nesterov ? g + momentu
 
 C<lr> (or C<learning_rate>, 0.001), C<beta1> (0.9), C<beta2> (0.999), C<eps>
 (or C<epsilon>, 1e-8), C<weight_decay> (0.01), C<params>. Step C<t>:
-C<m = beta1 m + (1-beta1) g; v = beta2 v + (1-beta2) g²;
-p = p (1 - lr wd) - lr m̂ / (sqrt(v̂) + eps)>, with C<m̂ = m / (1-beta1^t)> and
-C<v̂ = v / (1-beta2^t)>.
+C<m = beta1 m + (1-beta1) g; v = beta2 v + (1-beta2) g**2;
+p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)>, with C<m_hat = m / (1-beta1^t)> and
+C<v_hat = v / (1-beta2^t)>.
 
 =head1 METHODS (both optimizers)
 

@@ -41,6 +41,10 @@ pub enum Op {
     Softmax,
     Scale(f64),
     RmsNorm(f64),
+    /// Cross-entropy of logits (first input) against target probabilities.
+    CrossEntropy,
+    /// Mean squared error of predictions against targets (same element count).
+    Mse,
 }
 
 impl Variable {
@@ -190,7 +194,11 @@ impl Variable {
 /// its inputs (and so takes part in backward) when `record` is on and an
 /// input requires a gradient.
 pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record: bool) -> Result<Arc<Variable>, Error> {
-    let want = if matches!(op, Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Matmul) { 2 } else { 1 };
+    let want = if matches!(op, Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Matmul | Op::CrossEntropy | Op::Mse) {
+        2
+    } else {
+        1
+    };
     assert_eq!(inputs.len(), want, "apply: operand count");
     let a = &inputs[0].value;
     let value = match op {
@@ -210,6 +218,8 @@ pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record:
         Op::Softmax => tensor_ops::soft_max(ctx, a)?,
         Op::Scale(s) => tensor_ops::scale(ctx, a, s)?,
         Op::RmsNorm(eps) => tensor_ops::rms_norm(ctx, a, eps)?,
+        Op::CrossEntropy => tensor_ops::cross_entropy_loss(ctx, a, &inputs[1].value)?,
+        Op::Mse => mse(ctx, a, &inputs[1].value)?,
     };
     compute_pending(&value)?;
     let tracked = record && inputs.iter().any(|i| i.requires_grad());
@@ -219,6 +229,46 @@ pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record:
         inputs: if tracked { inputs.to_vec() } else { Vec::new() },
         grad: Mutex::new(None),
     }))
+}
+
+/// Σ(p - t)² / n, with t read in p's shape (the element counts must agree).
+fn mse(ctx: &Arc<TensorContext>, p: &Arc<TensorHandle>, t: &Arc<TensorHandle>) -> Result<Arc<TensorHandle>, Error> {
+    if p.nelements() != t.nelements() {
+        return Err(Error::Argument(format!(
+            "Predictions and targets must have same number of elements ({} and {})",
+            p.describe(),
+            t.describe()
+        )));
+    }
+    let t = if t.ne() == p.ne() { t.clone() } else { tensor_ops::reshape(ctx, t, &p.shape())? };
+    let diff = tensor_ops::binary(ctx, Binary::Sub, p, &t)?;
+    let square = tensor_ops::unary(ctx, Unary::Sqr, &diff)?;
+    let total = tensor_ops::sum(ctx, &square)?;
+    tensor_ops::scale(ctx, &total, 1.0 / p.nelements() as f64)
+}
+
+/// Cross-entropy of `logits` [n_classes, rows] against one class id per row.
+pub fn cross_entropy(
+    ctx: &Arc<TensorContext>,
+    logits: &Arc<Variable>,
+    targets: &[i64],
+    record: bool,
+) -> Result<Arc<Variable>, Error> {
+    let ne = logits.value.ne();
+    let (n_classes, rows) = (ne[0], ne[1] * ne[2] * ne[3]);
+    if targets.len() as i64 != rows {
+        return Err(Error::Argument(format!("Number of targets ({}) must match batch size ({rows})", targets.len())));
+    }
+    if let Some((i, t)) = targets.iter().enumerate().find(|&(_, &t)| !(0..n_classes).contains(&t)) {
+        return Err(Error::Argument(format!("Target ID {t} (index {i}) out of range [0, {n_classes})")));
+    }
+    let one_hot = Variable::leaf(ctx, F32, &logits.value.shape(), false)?;
+    let mut probs = vec![0.0; (n_classes * rows) as usize];
+    for (row, &t) in targets.iter().enumerate() {
+        probs[row * n_classes as usize + t as usize] = 1.0;
+    }
+    one_hot.value.set_values(&probs)?;
+    apply(ctx, Op::CrossEntropy, &[logits.clone(), one_hot], record)
 }
 
 /// GELU (tanh approximation) from ops ggml can differentiate:

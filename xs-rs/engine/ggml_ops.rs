@@ -163,6 +163,7 @@ extern "C" {
     fn ggml_mean(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_argmax(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_diag_mask_inf(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: c_int) -> *mut ggml_tensor;
+    fn ggml_cross_entropy_loss(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_cpy(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_opt_step_adamw(
         ctx: *mut ggml_context,
@@ -746,6 +747,12 @@ impl Ctx {
     pub fn diag_mask_inf(&self, a: Tensor, n_past: i32) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_diag_mask_inf(self.c(), a.0, n_past) })
+    }
+    /// -mean over rows of Σ b·log_softmax(a): `a` logits, `b` target
+    /// probabilities of the same shape; one f32.
+    pub fn cross_entropy_loss(&self, a: Tensor, b: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_cross_entropy_loss(self.c(), a.0, b.0) })
     }
     /// Copies `a` into `b` (same element count) when the graph runs.
     pub fn cpy(&self, a: Tensor, b: Tensor) -> Tensor {

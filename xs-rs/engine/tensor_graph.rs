@@ -14,9 +14,38 @@ use super::Error;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// The CPU backend the graphs run on, made on first use and kept (with its
+/// The CPU backends the graphs run on, one per thread count, each made on
+/// first use and kept (with its worker threads: changing a backend's count
+/// would restart them for every graph).
 /// worker threads) for the process.
-static CPU: Mutex<Option<Backend>> = Mutex::new(None);
+static CPU: Mutex<Vec<(usize, Backend)>> = Mutex::new(Vec::new());
+
+/// Runs `f` with the kept CPU backend of `n_threads` threads (capped to the
+/// CPUs the process may use).
+fn with_cpu<T>(n_threads: usize, f: impl FnOnce(&mut Backend) -> Result<T, Error>) -> Result<T, Error> {
+    let n = n_threads.clamp(1, available_cpus());
+    let mut backends = CPU.lock().unwrap_or_else(|p| p.into_inner());
+    if !backends.iter().any(|(k, _)| *k == n) {
+        let mut backend = Device::by_backend_name("cpu")
+            .and_then(|d| d.init_backend())
+            .ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
+        backend.set_n_threads(n);
+        backends.push((n, backend));
+    }
+    let (_, backend) = backends.iter_mut().find(|(k, _)| *k == n).expect("added above");
+    f(backend)
+}
+
+/// Threads for a graph the program did not size: one for small work (a
+/// second thread would cost more in barriers than it saves), else the cores.
+fn threads_for(nodes: &[Tensor]) -> usize {
+    let elements: i64 = nodes.iter().map(|n| n.ne().iter().product::<i64>()).sum();
+    if elements < 1 << 16 {
+        1
+    } else {
+        super::inference::physical_cores()
+    }
+}
 
 /// The outputs a graph computes (Lugh::Graph).
 #[derive(Default)]
@@ -57,9 +86,10 @@ impl TensorGraph {
 }
 
 /// Computes the ops `t` needs that hold no values yet (eager evaluation:
-/// what was computed before keeps its values).
+/// what was computed before keeps its values), on as many threads as the
+/// work is worth.
 pub fn compute_pending(t: &Arc<TensorHandle>) -> Result<(), Error> {
-    execute(std::slice::from_ref(t), super::inference::physical_cores(), true)
+    execute(std::slice::from_ref(t), 0, true)
 }
 
 fn execute(outputs: &[Arc<TensorHandle>], n_threads: usize, only_pending: bool) -> Result<(), Error> {
@@ -80,24 +110,20 @@ fn execute(outputs: &[Arc<TensorHandle>], n_threads: usize, only_pending: bool) 
     if only_pending {
         nodes.retain(|&n| !holds_values(n, contexts.iter()));
     }
-    let mut cpu = CPU.lock().unwrap_or_else(|p| p.into_inner());
-    if cpu.is_none() {
-        *cpu = Device::by_backend_name("cpu").and_then(|d| d.init_backend());
-    }
-    let cpu = cpu.as_mut().ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
-    cpu.set_n_threads(n_threads.clamp(1, available_cpus()));
-    let row_lookups: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].op_desc() == "GET_ROWS").collect();
-    if row_lookups.is_empty() && !only_pending {
-        run(cpu, &graph)?;
-    } else {
+    let n_threads = if n_threads == 0 { threads_for(&nodes) } else { n_threads };
+    with_cpu(n_threads, |cpu| {
+        let row_lookups: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].op_desc() == "GET_ROWS").collect();
+        if row_lookups.is_empty() && !only_pending {
+            return run(cpu, &graph);
+        }
         let mut start = 0;
         for &i in &row_lookups {
             run_segment(cpu, &nodes[start..i])?;
             check_row_ids(nodes[i])?;
             start = i;
         }
-        run_segment(cpu, &nodes[start..])?;
-    }
+        run_segment(cpu, &nodes[start..])
+    })?;
     for &node in &nodes {
         mark_computed(&contexts, node);
     }
@@ -194,13 +220,8 @@ fn run_backward(loss: Tensor, wanted: &[&Arc<TensorHandle>]) -> Result<Vec<Vec<f
     for node in graph.nodes().into_iter().filter(|n| n.op_desc() == "GET_ROWS") {
         check_row_ids(node)?;
     }
-    let mut cpu = CPU.lock().unwrap_or_else(|p| p.into_inner());
-    if cpu.is_none() {
-        *cpu = Device::by_backend_name("cpu").and_then(|d| d.init_backend());
-    }
-    let cpu = cpu.as_mut().ok_or_else(|| Error::Backend("cannot start ggml's CPU backend".into()))?;
-    cpu.set_n_threads(1.max(available_cpus().min(super::inference::physical_cores())));
-    run(cpu, &graph)?;
+    let nodes = graph.nodes();
+    with_cpu(threads_for(&nodes), |cpu| run(cpu, &graph))?;
     Ok(wanted
         .iter()
         .map(|p| match graph.grad(p.raw()) {

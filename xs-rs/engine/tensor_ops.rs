@@ -125,8 +125,14 @@ pub fn binary(
         Binary::Mul => c.mul(x, y),
         Binary::Div => c.div(x, y),
     };
-    if can_repeat(nb, na) {
+    if na == nb || (can_repeat(nb, na) && matches!(op, Binary::Add | Binary::Mul)) {
         plan(name, ctx, &[(TYPE_F32, na)])?.build(&[a, b], |c| apply(c, a.raw(), b.raw()))
+    } else if can_repeat(nb, na) {
+        // ggml's backward pass of SUB and DIV does not sum a tiled second
+        // operand's gradient back to its shape (ADD and MUL do): tile it
+        // explicitly, so that REPEAT's backward does.
+        plan(name, ctx, &[(TYPE_F32, na), (TYPE_F32, na)])?
+            .build(&[a, b], |c| apply(c, a.raw(), c.repeat(b.raw(), a.raw())))
     } else if can_repeat(na, nb) {
         // ggml tiles only its second operand: tile the first one explicitly.
         plan(name, ctx, &[(TYPE_F32, nb), (TYPE_F32, nb)])?
@@ -477,4 +483,20 @@ pub fn adamw_step(
         param.raw().mark_param();
         c.opt_step_adamw(param.raw(), grad.raw(), m.raw(), v.raw(), hyper.raw())
     })
+}
+
+/// The cross-entropy of `logits` [n_classes, rows...] against the target
+/// probabilities `targets` (one shape): -mean over rows of Σ t·log_softmax.
+pub fn cross_entropy_loss(
+    ctx: &Arc<TensorContext>,
+    logits: &TensorHandle,
+    targets: &TensorHandle,
+) -> Result<Arc<TensorHandle>, Error> {
+    require_f32("the logits", logits)?;
+    require_f32("the targets", targets)?;
+    if logits.ne() != targets.ne() {
+        return Err(err(format!("logits {} and targets {} differ in shape", logits.describe(), targets.describe())));
+    }
+    plan("cross_entropy_loss", ctx, &[(TYPE_F32, [1, 1, 1, 1])])?
+        .build(&[logits, targets], |c| c.cross_entropy_loss(logits.raw(), targets.raw()))
 }

@@ -19,6 +19,7 @@ mod rope;
 mod speculative;
 mod tensor;
 mod tokenizer;
+mod train;
 
 /// Boot: the API-version handshake, then every package's XSUBs.
 ///
@@ -51,6 +52,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         autograd::SUBS,
         autograd::ops::SUBS,
         optimizer::SUBS,
+        train::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);
