@@ -13,7 +13,7 @@ use Test::More;
 use List::Util qw(shuffle);
 use Scalar::Util qw(blessed);
 use lib 't/lib';
-use LughTest qw(croaks_like);
+use LughTest qw(croaks_like in_child);
 use Lugh;
 
 srand 68;
@@ -49,21 +49,6 @@ sub croaks_then_works {
     my ($code, $re, $name) = @_;
     croaks_like($code, $re, $name);
     still_works($name);
-}
-
-# Runs perl code in a child process (for what might abort the process): its
-# exit status and output.
-sub in_child {
-    my ($code) = @_;
-    my $pid = open my $out, '-|';
-    die "fork: $!" unless defined $pid;
-    if (!$pid) {
-        open STDERR, '>&', \*STDOUT or die;
-        exec $^X, (map {"-I$_"} @INC), '-MLugh', '-e', $code or die "exec: $!";
-    }
-    my $text = do { local $/; <$out> };
-    close $out;
-    return ($?, $text);
 }
 
 subtest 'a tensor keeps its context alive' => sub {

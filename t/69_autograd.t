@@ -11,7 +11,7 @@ use Test::More;
 use List::Util qw(max sum shuffle);
 use POSIX ();
 use lib 't/lib';
-use LughTest qw(croaks_like);
+use LughTest qw(near croaks_like in_child);
 use Lugh;
 use Lugh::Autograd;
 
@@ -45,28 +45,6 @@ sub leaf {
 
 sub shape_str { return '[' . join(', ', @_) . ']' }
 
-# Element-wise comparison: |got - want| <= abs + rel * |want|. One test,
-# naming the first element that differs.
-sub near {
-    my ($got, $want, $name, %tol) = @_;
-    my ($rel, $abs) = ($tol{rel} // 1e-5, $tol{abs} // 1e-6);
-    if (!defined $got || @$got != @$want) {
-        fail($name);
-        diag 'got ' . (defined $got ? scalar(@$got) . ' values' : 'undef') . ', expected ' . scalar(@$want);
-        return;
-    }
-    for my $i (0 .. $#$want) {
-        my ($g, $w) = ($got->[$i], $want->[$i]);
-        my $bound = $abs + $rel * abs($w);
-        if (!(abs($g - $w) <= $bound)) {
-            fail($name);
-            diag "element $i: got $g, expected $w (tolerance $bound)";
-            return;
-        }
-    }
-    pass($name);
-}
-
 # A small autograd computation gives the right value and gradient: the
 # check after each croak.
 sub still_works {
@@ -82,21 +60,6 @@ sub croaks_then_works {
     my ($code, $re, $name) = @_;
     croaks_like($code, $re, $name);
     still_works($name);
-}
-
-# Runs perl code in a child process (for what might abort the process): its
-# exit status and output.
-sub in_child {
-    my ($code) = @_;
-    my $pid = open my $out, '-|';
-    die "fork: $!" unless defined $pid;
-    if (!$pid) {
-        open STDERR, '>&', \*STDOUT or die;
-        exec $^X, (map {"-I$_"} @INC), '-MLugh', '-MLugh::Autograd', '-e', $code or die "exec: $!";
-    }
-    my $text = do { local $/; <$out> };
-    close $out;
-    return ($?, $text);
 }
 
 # ---------------------------------------------------------------- gradient checks

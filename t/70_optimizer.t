@@ -11,7 +11,7 @@ use Test::More;
 use List::Util qw(max sum);
 use POSIX ();
 use lib 't/lib';
-use LughTest qw(croaks_like);
+use LughTest qw(near croaks_like);
 use Lugh;
 use Lugh::Autograd;
 use Lugh::Optimizer;
@@ -45,28 +45,6 @@ sub constant {
     my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', @$shape);
     $t->set_data(@$values);
     return $t;
-}
-
-# Element-wise comparison: |got - want| <= abs + rel * |want|. One test,
-# naming the first element that differs.
-sub near {
-    my ($got, $want, $name, %tol) = @_;
-    my ($rel, $abs) = ($tol{rel} // 1e-5, $tol{abs} // 1e-6);
-    if (!defined $got || @$got != @$want) {
-        fail($name);
-        diag 'got ' . (defined $got ? scalar(@$got) . ' values' : 'undef') . ', expected ' . scalar(@$want);
-        return;
-    }
-    for my $i (0 .. $#$want) {
-        my ($g, $w) = ($got->[$i], $want->[$i]);
-        my $bound = $abs + $rel * abs($w);
-        if (!(abs($g - $w) <= $bound)) {
-            fail($name);
-            diag "element $i: got $g, expected $w (tolerance $bound)";
-            return;
-        }
-    }
-    pass($name);
 }
 
 sub opt_str {

@@ -14,7 +14,7 @@ use Test::More ();
 use Lugh::ModelStore ();
 
 our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
-    arch_models lora_adapters @TEST_MODELS @LORA_MODELS);
+    arch_models lora_adapters near in_child @TEST_MODELS @LORA_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -166,6 +166,43 @@ sub croaks_like {
     Test::More::ok(!$ok, "$name: croaks") or return;
     Test::More::like($@, $re, "$name: message");
     Test::More::like($@, qr/ at \Q$0\E line \d+\.\n\z/, "$name: at the caller's line, nothing after it");
+}
+
+# Element-wise comparison: |got - want| <= abs + rel * |want|. One test,
+# naming the first element that differs.
+sub near {
+    my ($got, $want, $name, %tol) = @_;
+    my ($rel, $abs) = ($tol{rel} // 1e-5, $tol{abs} // 1e-6);
+    if (!defined $got || @$got != @$want) {
+        Test::More::fail($name);
+        Test::More::diag 'got ' . (defined $got ? scalar(@$got) . ' values' : 'undef') . ', expected ' . scalar(@$want);
+        return;
+    }
+    for my $i (0 .. $#$want) {
+        my ($g, $w) = ($got->[$i], $want->[$i]);
+        my $bound = $abs + $rel * abs($w);
+        if (!(abs($g - $w) <= $bound)) {
+            Test::More::fail($name);
+            Test::More::diag "element $i: got $g, expected $w (tolerance $bound)";
+            return;
+        }
+    }
+    Test::More::pass($name);
+}
+
+# Runs perl code in a child process (for what might abort the process): its
+# exit status and output.
+sub in_child {
+    my ($code) = @_;
+    my $pid = open my $out, '-|';
+    die "fork: $!" unless defined $pid;
+    if (!$pid) {
+        open STDERR, '>&', \*STDOUT or die;
+        exec $^X, (map {"-I$_"} @INC), '-MLugh', '-MLugh::Autograd', '-e', $code or die "exec: $!";
+    }
+    my $text = do { local $/; <$out> };
+    close $out;
+    return ($?, $text);
 }
 
 1;

@@ -1,6 +1,6 @@
 //! XS subs of Lugh::Autograd::Tensor and Lugh::Autograd::Ops (the grad
 //! mode and the `no_grad { }` blocks live in Lugh/Autograd.pm).
-use super::tensor::{context_arg, new_tensor};
+use super::tensor::{context_arg, dims_from, new_tensor};
 use crate::engine::autograd::{apply, Op, Variable};
 use crate::engine::quant;
 use crate::engine::Error;
@@ -38,12 +38,7 @@ xs_subs! { "Lugh::Autograd::Tensor";
             _ => return Err(Error::Argument(format!("Unsupported tensor type: {type_name} (use f32, f16, or i32)")).into()),
         };
         let requires_grad = perl.is_true(args.get(3));
-        let dims = args
-            .rest(4)
-            .into_iter()
-            .enumerate()
-            .map(|(i, sv)| perl.int_arg(sv, &format!("dimension {i}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let dims = dims_from(args, 4)?;
         let dims = if dims.is_empty() { vec![1] } else { dims };
         let v = Variable::leaf(&ctx, type_id, &dims, requires_grad)?;
         Ok(Ret::One(new_object(perl, &class, v)))

@@ -29,6 +29,12 @@ fn context_or_own(perl: Perl, sv: Sv, t: &TensorHandle) -> Result<Arc<TensorCont
     }
 }
 
+/// The extents given from argument `first` on, each an integer.
+pub fn dims_from(args: &Args, first: usize) -> Result<Vec<i64>, Error> {
+    let perl = args.perl();
+    args.rest(first).into_iter().enumerate().map(|(i, sv)| perl.int_arg(sv, &format!("dimension {i}"))).collect()
+}
+
 pub fn new_tensor(perl: Perl, t: Arc<TensorHandle>) -> Sv {
     new_object(perl, CLASS, t)
 }
@@ -46,12 +52,7 @@ xs_subs! { "Lugh::Tensor";
         let class = perl.class_arg(args.get(0))?;
         let ctx = context_arg(perl, args.get(1))?;
         let type_id = perl.int_arg(args.get(2), "type")?;
-        let dims = args
-            .rest(3)
-            .into_iter()
-            .enumerate()
-            .map(|(i, sv)| perl.int_arg(sv, &format!("dimension {i}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let dims = dims_from(args, 3)?;
         let t = TensorHandle::new(&ctx, type_id, &dims)?;
         Ok(Ret::One(new_object(perl, &class, t)))
     }
