@@ -217,10 +217,10 @@ fn run_backward(loss: Tensor, wanted: &[&Arc<TensorHandle>]) -> Result<Vec<Vec<f
     let _buffer = Buffer::alloc_ctx_tensors(&graph.ctx, buft)
         .ok_or_else(|| Error::Ggml("cannot allocate the backward pass's tensors".into()))?;
     graph.reset_grads();
-    for node in graph.nodes().into_iter().filter(|n| n.op_desc() == "GET_ROWS") {
+    let nodes = graph.nodes();
+    for &node in nodes.iter().filter(|n| n.op_desc() == "GET_ROWS") {
         check_row_ids(node)?;
     }
-    let nodes = graph.nodes();
     with_cpu(threads_for(&nodes), |cpu| run(cpu, &graph))?;
     Ok(wanted
         .iter()
