@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -99,6 +99,7 @@ sub make_fixtures {
     $prompt = Lugh::Prompt->new(format => 'chatml');
     $dec    = $tok->decoder;
     $lora   = Lugh::LoRA->new(adapter => $adapter, model => $model);
+    $tlora  = Lugh::LoRA->create(model => $model, rank => 2, seed => 1);
     $rope   = Lugh::RoPE->yarn(64, 256);
     $spec   = Lugh::Speculative->new(inference => $inf, draft => $inf, k => 2, temperature => 0.7);
     $tctx   = Lugh::Context->new(mem_size => 1 << 20);
@@ -117,7 +118,7 @@ sub make_fixtures {
     $sched  = Lugh::Optimizer::LRScheduler->new($opt, schedule => 'cosine', total_steps => 10);
 }
 sub free_fixtures {
-    undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $rope, $spec,
+    undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec,
         $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched;
 }
 
@@ -242,6 +243,12 @@ my %CALLS = (
 
     'Lugh::LoRA::new'              => sub { ('Lugh::LoRA', adapter => $adapter, model => $model, scale => 0.5) },
     'Lugh::LoRA::scale'            => sub { ($lora, 0.25) },
+    'Lugh::LoRA::create'           => sub { ('Lugh::LoRA', model => $model, rank => 2, targets => ['attn_q'], seed => 1) },
+    'Lugh::LoRA::get_weight_tensor' => sub { ($tlora, ($tlora->weight_names)[0], 'a') },
+    'Lugh::LoRA::save'             => sub { ($tlora, "$dir/saved-lora.gguf") },
+    'Lugh::LoRA::trainable_parameters' => sub { ($tlora) },
+    'Lugh::Model::create'          => sub { ('Lugh::Model', path => "$dir/created.gguf", n_layer => 1, seed => 1) },
+    'Lugh::Train::forward'         => sub { ('Lugh::Train', inference => $inf, tokens => [ 1, 2 ], lora => $tlora) },
     (map { my $m = $_; ("Lugh::LoRA::$m" => sub { ($lora) }) } qw(alpha file format n_weights trainable weight_names)),
 
     'Lugh::RoPE::new'              => sub { ('Lugh::RoPE', scaling_type => 'yarn', n_ctx_orig => 64, target_ctx => 256,

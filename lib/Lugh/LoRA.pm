@@ -28,6 +28,30 @@ sub new {
     return _new($class, $path, $opt{model}, $opt{scale} // 1.0);
 }
 
+sub create {
+    Lugh::_croak('Usage: Lugh::LoRA->create(model => $model, rank => 16, alpha => 32, targets => [...])') unless @_ % 2;
+    my ($class, @args) = @_;
+    my %opt = Lugh::_options('Lugh::LoRA->create',
+        { model => undef, rank => 16, alpha => 32, scale => 1.0, targets => undef, seed => undef, context => undef },
+        @args);
+    Lugh::_croak("Lugh::LoRA->create requires 'model' parameter (a Lugh::Model)") unless defined $opt{model};
+    Lugh::_croak('Lugh::LoRA->create: rank must be an integer between 1 and 256, got '
+        . (defined $opt{rank} ? $opt{rank} : 'undef'))
+        unless defined $opt{rank} && $opt{rank} =~ /\A[0-9]+\z/ && $opt{rank} >= 1 && $opt{rank} <= 256;
+    my $targets = $opt{targets};
+    $targets = [qw(attn_q attn_v)] unless defined $targets && (ref $targets ne 'ARRAY' || @$targets);
+    Lugh::_croak('Lugh::LoRA->create: targets must be an array reference of weight kinds (attn_q, ffn_up, ...)')
+        unless ref $targets eq 'ARRAY';
+    return _create($class, $opt{model}, $opt{rank}, $opt{alpha}, $opt{scale}, $targets, $opt{seed});
+}
+
+sub save {
+    my ($self, $path, @more) = @_;
+    Lugh::_croak('Usage: $lora->save($path)') if @more || !defined $path;
+    Lugh::_croak("Lugh::LoRA->save: the path must end with .gguf, got '$path'") unless $path =~ /\.gguf\z/i;
+    return _save($self, $path);
+}
+
 # Objects hold native state that must not be copied into a new thread.
 sub CLONE_SKIP { 1 }
 
@@ -109,7 +133,57 @@ file, an unknown format, DoRA, C<modules_to_save> and activated LoRA
 (settings that would change the computation and are not supported). A
 session of another model refuses the adapter.
 
+=head2 create
+
+    use Lugh;
+    my $model = Lugh::Model->create(path => '/tmp/lugh-tiny.gguf', seed => 1);
+    my $lora = Lugh::LoRA->create(
+        model   => $model,
+        rank    => 8,                    # 1..256 (default 16)
+        alpha   => 16,                   # default 32; the scale on B*A*x is scale*alpha/rank
+        targets => [qw(attn_q attn_v)],  # the default; also attn_k attn_output ffn_gate ffn_up ffn_down output
+        seed    => 42,                   # optional: the same seed, the same A
+    );
+    print scalar($lora->trainable_parameters), "\n";    # 8
+
+A new adapter to train with L<Lugh::Train/forward>. Each target names a
+kind of weight and matches it in every layer (a full weight name such as
+C<blk.3.ffn_up.weight> matches that one). For each matched weight of
+shape [n_in, n_out], A is [n_in, rank], drawn Kaiming-uniform from Lugh's
+seeded generator (C<seed>, else the one L<Lugh/srand> seeds), and B is
+[rank, n_out] of zeros, so the new adapter changes nothing until trained.
+A target that matches no weight croaks, as do the token embeddings (not
+a projection). C<scale> (default 1) is the default scale of its use.
+
 =head1 METHODS
+
+=head2 trainable_parameters
+
+    my @params = $lora->trainable_parameters;   # A, B, A, B, ...
+    my $opt = Lugh::Optimizer::AdamW->new(lr => 1e-3, params => \@params);
+
+The adapter's matrices as L<Lugh::Autograd::Tensor>s: A then B of each
+weight, in layer order. They are the adapter's own storage: an optimizer
+step changes the adapter, and every call that uses it. Only an adapter
+made by L</create> has them (a loaded one croaks).
+
+=head2 get_weight_tensor
+
+    my $b = $lora->get_weight_tensor('blk.0.attn_q.weight', 'b');   # 'a' or 'b'
+    my @values = $b->get_data;
+
+One matrix of one weight, as an L<Lugh::Autograd::Tensor>. An unknown
+weight, a type other than a or b, and a loaded adapter croak.
+
+=head2 save
+
+    $lora->save('/tmp/my-adapter.gguf');
+
+Writes an adapter made by L</create> as llama.cpp reads adapters
+(C<general.type> adapter, C<adapter.type> lora, C<adapter.lora.alpha>,
+and f32 tensors C<NAME.lora_a> [n_in, rank] and C<NAME.lora_b> [rank,
+n_out]), so C<llama-cli --lora> and L</new> load it. The path must end
+in C<.gguf>; the file is written beside it and renamed into place.
 
 =head2 scale
 
@@ -137,15 +211,16 @@ The GGUF names of those weights, sorted.
 
 =head2 format
 
-C<gguf> or C<safetensors>.
+C<gguf> or C<safetensors>, or C<trainable> for an adapter made by
+L</create>.
 
 =head2 file
 
-The path it was read from.
+The path it was read from (empty for an adapter made by L</create>).
 
 =head2 trainable
 
-False: a loaded adapter is for inference.
+True for an adapter made by L</create>; false for a loaded one.
 
 =head1 EXAMPLE
 

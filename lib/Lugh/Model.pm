@@ -33,6 +33,26 @@ sub new {
 
 # Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows
 # file mappings).
+sub create {
+    my ($class, @args) = @_;
+    my %opt = Lugh::_options('Lugh::Model->create', {
+        path => undef, file => undef, architecture => 'llama', arch => undef,
+        n_vocab => 256, vocab_size => undef, n_embd => 64, hidden_size => undef, n_layer => 2, num_layers => undef,
+        n_head => 4, num_heads => undef, n_head_kv => 2, num_kv_heads => undef, n_ff => 128,
+        intermediate_size => undef, n_ctx => 128, context_length => undef, rope_freq_base => 10000,
+        norm_eps => 1e-5, seed => undef }, @args);
+    my %alias = (file => 'path', arch => 'architecture', vocab_size => 'n_vocab', hidden_size => 'n_embd',
+        num_layers => 'n_layer', num_heads => 'n_head', num_kv_heads => 'n_head_kv', intermediate_size => 'n_ff',
+        context_length => 'n_ctx');
+    for my $other (sort keys %alias) {
+        $opt{ $alias{$other} } = $opt{$other} if defined $opt{$other};
+    }
+    Lugh::_croak("Lugh::Model->create requires 'path' parameter (where the .gguf file is written)")
+        unless defined $opt{path} && length $opt{path};
+    Lugh::_croak("Lugh::Model->create makes llama models, not '$opt{architecture}'") unless $opt{architecture} eq 'llama';
+    return _create($class, @opt{qw(path n_vocab n_embd n_layer n_head n_head_kv n_ff n_ctx rope_freq_base norm_eps seed)});
+}
+
 sub mmap_supported { return 1 }
 
 # Hyperparameters and architecture facts: one accessor per row of the XS table.
@@ -102,6 +122,30 @@ sooner, and a file on a slow disk is read in one sequential pass. Croaks
 on a missing argument, an unknown option, a missing or unreadable file, a file
 that is not GGUF, a truncated or corrupt file, and an unsupported GGUF
 version; the message names the path.
+
+=head2 create
+
+    use Lugh;
+    my $model = Lugh::Model->create(
+        path      => '/tmp/lugh-tiny.gguf',   # required (alias file): where the model is written
+        n_vocab   => 256,  n_embd => 64,  n_layer => 2,  n_head => 4,  n_head_kv => 2,
+        n_ff      => 128,  n_ctx  => 128, rope_freq_base => 10000, norm_eps => 1e-5,
+        seed      => 1,    # optional: the same seed, the same weights
+    );
+    print $model->n_params, "\n";
+
+Writes a small random llama model as a GGUF file and loads it: f32
+weights drawn uniform with standard deviation 0.02 from Lugh's seeded
+generator (C<seed>, else the one L<Lugh/srand> seeds), norms of ones, and
+a byte-level SentencePiece vocabulary (C<< <unk> <s> </s> <pad> >>, then
+the byte tokens C<< <0x00> >>..., then unused tokens). For training
+experiments and tests: L<Lugh::LoRA/create> adapts it and
+L<Lugh::Train/forward> trains it. Lugh 0.12's option names
+(C<vocab_size>, C<hidden_size>, C<num_layers>, C<num_heads>,
+C<num_kv_heads>, C<intermediate_size>, C<context_length>, C<arch>) are
+accepted too. Only C<architecture =E<gt> 'llama'> is made; sizes must be
+1 to 2**20, n_embd a multiple of n_head with an even head size, and n_head
+a multiple of n_head_kv.
 
 =head1 METHODS
 

@@ -13,7 +13,9 @@ our $VERSION = '0.20';
 sub _class_args { shift @_ if @_ && defined $_[0] && !ref $_[0] && $_[0] eq __PACKAGE__; return @_ }
 
 sub cross_entropy_loss {
-    my ($ctx, $logits, $targets, @more) = _class_args(@_);
+    my @args = _class_args(@_);
+    unshift @args, undef if @args == 2;    # ($logits, \@targets): a context of its own
+    my ($ctx, $logits, $targets, @more) = @args;
     Lugh::_croak('Usage: Lugh::Train->cross_entropy_loss($ctx, $logits, \@targets)') if @more || !defined $targets;
     Lugh::_croak('Lugh::Train->cross_entropy_loss: targets must be an array reference of class ids')
         unless ref $targets eq 'ARRAY';
@@ -24,6 +26,25 @@ sub mse_loss {
     my ($ctx, $predictions, $targets, @more) = _class_args(@_);
     Lugh::_croak('Usage: Lugh::Train->mse_loss($ctx, $predictions, $targets)') if @more || !defined $targets;
     return _mse_loss($ctx, $Lugh::Autograd::GRAD_ENABLED, $predictions, $targets);
+}
+
+sub forward {
+    my (@args) = _class_args(@_);
+    my %opt = Lugh::_options('Lugh::Train->forward',
+        { inference => undef, model => undef, tokens => undef, lora => undef, context => undef, ctx => undef,
+          train_lora => 1, train_full => 0 }, @args);
+    my $inference = defined $opt{inference} ? $opt{inference} : $opt{model};
+    Lugh::_croak('Lugh::Train->forward requires inference => $inference (a Lugh::Inference)') unless defined $inference;
+    Lugh::_croak('Lugh::Train->forward requires tokens => \@tokens') unless defined $opt{tokens};
+    Lugh::_croak('Lugh::Train->forward: tokens must be a non-empty array reference of token ids')
+        unless ref $opt{tokens} eq 'ARRAY' && @{ $opt{tokens} };
+    Lugh::_croak('Lugh::Train->forward: train_full (training the model\'s own weights) is not supported; '
+        . 'train a LoRA adapter made by Lugh::LoRA->create instead') if $opt{train_full};
+    Lugh::_croak('Lugh::Train->forward: nothing to train (train_lora => 0); '
+        . 'use Lugh::Inference for a forward pass without gradients') unless $opt{train_lora};
+    Lugh::_croak('Lugh::Train->forward requires lora => $adapter (made by Lugh::LoRA->create)') unless defined $opt{lora};
+    my $ctx = defined $opt{context} ? $opt{context} : $opt{ctx};
+    return _forward($inference, $opt{tokens}, $opt{lora}, $ctx, $Lugh::Autograd::GRAD_ENABLED);
 }
 
 sub batch_data {
@@ -111,10 +132,59 @@ The losses are L<Lugh::Autograd> ops: computed at once, and differentiated
 by ggml's backward graph. The helpers batch data and run one optimizer step
 of a model with a C<forward> method.
 
-Training a loaded language model (C<forward> through a model's own graph,
-trainable LoRA adapters) is not part of this release.
+L</forward> trains a LoRA adapter on a language model: it runs the
+model's own forward graph (the one inference builds, for every
+architecture Lugh runs except mixture-of-experts ones) in a form ggml can
+differentiate, and the loss's backward goes on through it to the adapter,
+so the gradients are exact.
 
 =head1 METHODS
+
+=head2 forward
+
+    use Lugh;
+    use Lugh::Train;
+    use Lugh::Optimizer;
+    my $model = Lugh::Model->create(path => '/tmp/lugh-tiny.gguf', seed => 1);
+    my $inf   = Lugh::Inference->new(model => $model, n_ctx => 64);
+    my $lora  = Lugh::LoRA->create(model => $model, rank => 8, targets => [qw(attn_q attn_v ffn_down output)], seed => 1);
+    my $opt   = Lugh::Optimizer::AdamW->new(lr => 1e-2, weight_decay => 0, params => [ $lora->trainable_parameters ]);
+    my @seq = map { 4 + ($_ * 3) % 7 } 0 .. 16;
+    for my $step (1 .. 60) {
+        $opt->zero_grad;
+        my $logits = Lugh::Train->forward(inference => $inf, tokens => [ @seq[0 .. 15] ], lora => $lora);
+        my $loss = Lugh::Train->cross_entropy_loss($logits, [ @seq[1 .. 16] ]);
+        $loss->backward;
+        $opt->step;
+        printf "%d %.4f\n", $step, ($loss->get_data)[0] if $step % 20 == 0;
+    }
+
+Runs the model of C<inference> (a L<Lugh::Inference>; alias C<model>)
+over C<tokens> with the adapter C<lora> (one made by L<Lugh::LoRA/create>,
+C<[$lora, $scale]>, or an array of adapters, of which the trainable ones
+are trained) and returns the logits of every position, an
+L<Lugh::Autograd::Tensor> of shape [n_vocab, n_tokens]. Each token
+attends to those before it in the list, from position 0, with no KV cache
+and without flash attention. Under L<Lugh::Autograd/no_grad> the logits
+are a plain tensor; otherwise they keep the pass, and a C<backward> of a
+loss computed from them adds each adapter matrix's gradient to its
+C<grad>. A second C<backward> reruns the forward half first.
+
+The pass runs on the CPU, with the session's thread count, on the weights
+in their plain layout (a second mapping of the file, not a copy), and
+holds its activations until the logits are freed. It is the inference
+graph with these differences: tanh, GELU and layer norm are built from ops
+ggml has gradients for, and keys and values stay f32 where the inference
+cache keeps f16, so the logits equal the inference logits of each prefix
+to about 1e-3 (f32 weights), not bit for bit.
+
+C<context> (alias C<ctx>) is the L<Lugh::Context> the logits are made in;
+without one they get a context of their own, freed with them.
+C<train_lora> (default 1) must stay on; C<train_full> (training the
+model's own weights) is not supported and croaks. Croaks name the
+problem: no trainable adapter, an adapter of another model, a token out
+of range, more tokens than the session's C<n_ctx>, a mixture-of-experts
+model.
 
 =head2 cross_entropy_loss
 

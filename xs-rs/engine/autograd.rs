@@ -8,6 +8,7 @@
 use super::tensor::{TensorContext, TensorHandle, Values};
 use super::tensor_graph::{compute_pending, gradients};
 use super::tensor_ops::{self, Binary, Unary};
+use super::train::TrainingPass;
 use super::Error;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,9 @@ pub struct Variable {
     inputs: Vec<Arc<Variable>>,
     /// The accumulated gradient, ne0 fastest.
     grad: Mutex<Option<Vec<f32>>>,
+    /// For the logits of a training forward: the model's pass, which turns
+    /// their gradient into the gradients of `inputs` (the trained tensors).
+    pass: Option<Mutex<TrainingPass>>,
 }
 
 /// The ops of Lugh::Autograd::Ops.
@@ -61,9 +65,34 @@ impl Variable {
             requires_grad: AtomicBool::new(false),
             inputs: Vec::new(),
             grad: Mutex::new(None),
+            pass: None,
         });
         v.set_requires_grad(requires_grad)?;
         Ok(v)
+    }
+
+    /// The logits of a training pass [n_vocab, n_tokens], in `ctx`. With
+    /// `record` they keep the pass, and backward carries their gradient on
+    /// through the model to `params` (the tensors the pass was made for).
+    pub fn from_pass(
+        ctx: &Arc<TensorContext>,
+        pass: TrainingPass,
+        params: Vec<Arc<Variable>>,
+        record: bool,
+    ) -> Result<Arc<Variable>, Error> {
+        let n_tokens = pass.n_tokens() as i64;
+        let n_vocab = pass.logits().len() as i64 / n_tokens;
+        let value = TensorHandle::new(ctx, F32, &[n_vocab, n_tokens])?;
+        let bytes: Vec<u8> = pass.logits().iter().flat_map(|v| v.to_le_bytes()).collect();
+        value.set_bytes(&bytes)?;
+        let tracked = record && params.iter().any(|p| p.requires_grad());
+        Ok(Arc::new(Variable {
+            value,
+            requires_grad: AtomicBool::new(tracked),
+            inputs: if tracked { params } else { Vec::new() },
+            grad: Mutex::new(None),
+            pass: tracked.then(|| Mutex::new(pass)),
+        }))
     }
 
     pub fn value(&self) -> &Arc<TensorHandle> {
@@ -92,6 +121,12 @@ impl Variable {
     /// Made directly (not by an op that recorded its inputs).
     pub fn is_leaf(&self) -> bool {
         self.inputs.is_empty()
+    }
+
+    /// A tensor ggml sees as a parameter of the backward graph: a leaf, or
+    /// the logits of a training pass (whose own backward comes after).
+    fn is_ggml_leaf(&self) -> bool {
+        self.is_leaf() || self.pass.is_some()
     }
 
     fn grad_slot(&self) -> MutexGuard<'_, Option<Vec<f32>>> {
@@ -150,14 +185,31 @@ impl Variable {
         let params: Vec<Arc<TensorHandle>> = leaves.iter().map(|v| v.value.clone()).collect();
         let between: Vec<Arc<TensorHandle>> = others.iter().map(|v| v.value.clone()).collect();
         let grads = gradients(&loss, &params, &between)?;
+        // the model passes among the leaves take their logits' gradient on
+        let mut through_models = Vec::new();
+        for (v, g) in leaves.iter().zip(&grads) {
+            if let Some(pass) = &v.pass {
+                let mut pass = pass.lock().unwrap_or_else(|p| p.into_inner());
+                through_models.push((v.clone(), pass.backward(g)?));
+            }
+        }
         for (v, g) in leaves.iter().chain(&others).zip(grads) {
-            let mut slot = v.grad_slot();
-            match slot.as_mut() {
-                Some(acc) => acc.iter_mut().zip(g).for_each(|(a, d)| *a += d),
-                None => *slot = Some(g),
+            v.accumulate(g);
+        }
+        for (logits, grads) in through_models {
+            for (param, g) in logits.inputs.iter().zip(grads) {
+                param.accumulate(g);
             }
         }
         Ok(())
+    }
+
+    fn accumulate(&self, g: Vec<f32>) {
+        let mut slot = self.grad_slot();
+        match slot.as_mut() {
+            Some(acc) => acc.iter_mut().zip(g).for_each(|(a, d)| *a += d),
+            None => *slot = Some(g),
+        }
     }
 
     /// The tensors this one was computed from that require a gradient:
@@ -171,7 +223,7 @@ impl Variable {
                 continue;
             }
             stack.extend(v.inputs.iter().cloned());
-            if v.is_leaf() {
+            if v.is_ggml_leaf() {
                 leaves.push(v);
             } else {
                 others.push(v);
@@ -228,6 +280,7 @@ pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record:
         requires_grad: AtomicBool::new(tracked),
         inputs: if tracked { inputs.to_vec() } else { Vec::new() },
         grad: Mutex::new(None),
+        pass: None,
     }))
 }
 

@@ -21,7 +21,10 @@ use std::sync::Arc;
 
 /// One sequence's share of a batch.
 pub struct Segment<'a> {
-    pub cache: &'a KvCache,
+    /// The cache the segment extends, or None for a training pass: the
+    /// tokens attend over their own keys and values only, and nothing is
+    /// stored.
+    pub cache: Option<&'a KvCache>,
     /// Tokens of this segment (consecutive in the batch).
     pub n_tokens: usize,
     /// Whether every token of the segment gets logits (else only its last).
@@ -62,6 +65,9 @@ pub struct Blueprint<'a> {
     /// LoRA adapters and the scale each is used at.
     pub adapters: &'a [(Arc<LoraAdapter>, f32)],
     pub head: Head,
+    /// Only ops ggml can differentiate (a training pass): tanh, GELU and
+    /// layer norm are composed from such ops, and every row is an output.
+    pub differentiable: bool,
 }
 
 /// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
@@ -81,11 +87,22 @@ impl Blueprint<'_> {
     /// cache: the caller checked both). With `worst_case` every segment
     /// attends over its whole cache: the graph to reserve memory with.
     pub fn build(&self, segments: &[Segment], worst_case: bool) -> Result<ForwardGraph> {
+        let g = GraphCtx::new(max_nodes(self.hp, segments.len()))
+            .ok_or_else(|| Error::Ggml("cannot allocate the graph context".into()))?;
+        self.build_into(g, segments, worst_case)
+    }
+
+    /// The nodes a graph of one segment takes (for sizing a training graph).
+    pub fn max_nodes(&self) -> usize {
+        max_nodes(self.hp, 1)
+    }
+
+    /// `build` in a graph context the caller made (one with room for a
+    /// backward pass, for training).
+    pub fn build_into(&self, g: GraphCtx, segments: &[Segment], worst_case: bool) -> Result<ForwardGraph> {
         let hp = self.hp;
         let n_tokens: usize = segments.iter().map(|s| s.n_tokens).sum();
         let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
-        let g = GraphCtx::new(max_nodes(hp, segments.len()))
-            .ok_or_else(|| Error::Ggml("cannot allocate the graph context".into()))?;
         let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64 };
 
         let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
@@ -112,7 +129,8 @@ impl Blueprint<'_> {
         g.expand(inp_l);
 
         for (il, layer) in w.layers.iter().enumerate() {
-            let last = il + 1 == w.layers.len();
+            // a training pass keeps every row (no selection to differentiate)
+            let last = il + 1 == w.layers.len() && !self.differentiable;
             if self.spec.parallel_block {
                 let rows = last.then_some(out_ids);
                 inp_l = b.parallel_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
@@ -173,8 +191,7 @@ impl Blueprint<'_> {
             logits = g.scale(logits, 1.0 / hp.logit_scale);
         }
         if hp.final_logit_softcap != 0.0 {
-            let cap = hp.final_logit_softcap;
-            logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);
+            logits = b.softcap(logits, hp.final_logit_softcap);
         }
         name(logits, "result_output", None);
         logits.set_output();
@@ -203,6 +220,45 @@ impl Builder<'_, '_> {
         self.norm_biased(x, weight, None, label, il)
     }
 
+    /// cap·tanh(x/cap) (Gemma 2's softcapping). Training composes tanh from
+    /// ops ggml can differentiate: tanh(z) = 2·σ(2z) − 1.
+    fn softcap(&self, x: Tensor, cap: f32) -> Tensor {
+        let g = self.g;
+        if !self.bp.differentiable {
+            return g.scale(g.tanh(g.scale(x, 1.0 / cap)), cap);
+        }
+        let sigmoid = self.sigmoid(g.scale(x, 2.0 / cap));
+        g.scale_bias(sigmoid, 2.0 * cap, -cap)
+    }
+
+    /// In a training graph, `t` (contiguous) behind a reshape to its own
+    /// shape: the reshape's gradient makes the gradient flowing back into
+    /// `t` contiguous, which ggml's gradients of SCALE, CONT and VIEW need
+    /// (a permute's gives a strided one). Elsewhere `t` itself.
+    fn contiguous_grad(&self, t: Tensor) -> Tensor {
+        if !self.bp.differentiable {
+            return t;
+        }
+        let ne = t.ne();
+        self.g.reshape_4d(t, ne)
+    }
+
+    /// σ(z) = exp(−softplus(−z)), which neither overflows nor divides.
+    fn sigmoid(&self, z: Tensor) -> Tensor {
+        let g = self.g;
+        g.exp(g.scale(g.softplus(g.scale(z, -1.0)), -1.0))
+    }
+
+    /// GELU, tanh approximation, from differentiable ops (ggml has no
+    /// gradient for GELU): x·σ(2u), u = √(2/π)·(x + 0.044715·x³).
+    fn gelu(&self, x: Tensor) -> Tensor {
+        let g = self.g;
+        let cube = g.mul(g.sqr(x), x);
+        let inner = g.add(x, g.scale(cube, 0.044715));
+        let two_u = g.scale(inner, 2.0 * (2.0 / std::f32::consts::PI).sqrt());
+        g.mul(x, self.sigmoid(two_u))
+    }
+
     /// The row's norm times the weight, plus the bias.
     fn norm_biased(
         &self,
@@ -215,6 +271,12 @@ impl Builder<'_, '_> {
         let (g, eps) = (self.g, self.bp.hp.norm_eps);
         let mut cur = match self.bp.spec.norm {
             Norm::Rms => g.rms_norm(x, eps),
+            // ggml has no gradient for NORM: the RMS norm of the centred row is the same
+            // (the mean as a scaled row sum: ggml's MEAN gradient holds for one row only)
+            Norm::Layer if self.bp.differentiable => {
+                let mean = g.scale(g.sum_rows(x), 1.0 / x.ne()[0] as f32);
+                g.rms_norm(g.sub(x, g.repeat(mean, x)), eps)
+            }
             Norm::Layer => g.layer_norm(x, eps),
         };
         if let Some(w) = weight {
@@ -335,13 +397,22 @@ impl Builder<'_, '_> {
                     g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
                 ),
                 QkvWeights::Fused { wqkv, bqkv } => {
-                    // views of the one product, as llama.cpp's build_qkv
+                    // views of the one product, as llama.cpp's build_qkv (copied
+                    // out for training: ggml's gradients of a view and of a copy
+                    // want their incoming gradient contiguous, which a reshape's
+                    // gradient makes it)
                     let qkv = self.linear(wqkv, bqkv, x);
                     let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                    let own = |t: Tensor| if self.bp.differentiable { self.contiguous_grad(g.cont(t)) } else { t };
                     (
-                        g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0),
-                        g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim)),
-                        g.view_3d(qkv, [hd_v, n_head_kv, n], [row_size(ty, hd_v), nb1], row_size(ty, q_dim + k_dim)),
+                        own(g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0)),
+                        own(g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim))),
+                        own(g.view_3d(
+                            qkv,
+                            [hd_v, n_head_kv, n],
+                            [row_size(ty, hd_v), nb1],
+                            row_size(ty, q_dim + k_dim),
+                        )),
                     )
                 }
             }
@@ -360,7 +431,7 @@ impl Builder<'_, '_> {
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
         let kq_scale = if spec.scale_q {
-            q = g.scale(q, hp.attention_scale);
+            q = self.contiguous_grad(g.scale(q, hp.attention_scale));
             1.0
         } else {
             hp.attention_scale
@@ -379,13 +450,17 @@ impl Builder<'_, '_> {
             } else {
                 (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
             };
-            g.expand(seg.cache.store_k(g, ks, inp.k_idxs, il));
-            g.expand(seg.cache.store_v(g, vs, inp.v_idxs, il));
-            let kc = seg.cache.view_k(g, il, inp.n_kv);
-            let vc = seg.cache.view_v(g, il, inp.n_kv);
+            let (kc, vc, v_trans) = match seg.cache {
+                Some(cache) => {
+                    g.expand(cache.store_k(g, ks, inp.k_idxs, il));
+                    g.expand(cache.store_v(g, vs, inp.v_idxs, il));
+                    (cache.view_k(g, il, inp.n_kv), cache.view_v(g, il, inp.n_kv), cache.layout().v_trans)
+                }
+                None => (ks, vs, false),
+            };
             let mask = if hp.is_swa(il) { inp.mask_swa } else { inp.mask };
             let mask = mask.expect("the masks are made for the kinds of layer there are");
-            let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, seg.cache.layout().v_trans);
+            let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, v_trans);
             out = Some(match out {
                 None => cur,
                 Some(prev) => g.concat(prev, cur, 1),
@@ -414,7 +489,7 @@ impl Builder<'_, '_> {
         let mut kq = g.mul_mat(k, q);
         g.prec_f32(kq);
         if hp.attn_softcap != 0.0 {
-            kq = g.scale(g.tanh(g.scale(kq, 1.0 / hp.attn_softcap)), hp.attn_softcap);
+            kq = self.softcap(kq, hp.attn_softcap);
         }
         let kq = g.soft_max_ext(kq, mask, kq_scale, 0.0);
         let v = if v_trans { v } else { g.cont(g.transpose(v)) };
@@ -435,13 +510,25 @@ impl Builder<'_, '_> {
                 name(gate, "ffn_gate", Some(il));
                 match self.bp.spec.act {
                     Activation::SwiGlu => g.swiglu_split(gate, up),
+                    Activation::GeGlu | Activation::Gelu if self.bp.differentiable => g.mul(self.gelu(gate), up),
                     Activation::GeGlu | Activation::Gelu => g.geglu_split(gate, up),
                 }
             }
             // gate and up in one product, gate first (Phi-3), or no gate
             None => match self.bp.spec.act {
+                Activation::SwiGlu | Activation::GeGlu if self.bp.differentiable => {
+                    // the halves as views: ggml differentiates only the two-operand GLU
+                    let (half, n, nb1) = (up.ne()[0] / 2, up.ne()[1], up.nb()[1]);
+                    let gate = g.cont(g.view_2d(up, [half, n], nb1, 0));
+                    let rest = g.cont(g.view_2d(up, [half, n], nb1, row_size(up.type_id(), half)));
+                    match self.bp.spec.act {
+                        Activation::SwiGlu => g.swiglu_split(gate, rest),
+                        _ => g.mul(self.gelu(gate), rest),
+                    }
+                }
                 Activation::SwiGlu => g.swiglu(up),
                 Activation::GeGlu => g.geglu(up),
+                Activation::Gelu if self.bp.differentiable => self.gelu(up),
                 Activation::Gelu => g.gelu(up),
             },
         };

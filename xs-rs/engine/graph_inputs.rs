@@ -61,8 +61,13 @@ impl GraphInputs {
             .iter()
             .map(|s| {
                 let n = s.n_tokens as i64;
-                let n_kv = if worst_case { s.cache.layout().kv_size } else { s.cache.n_kv(s.n_tokens) };
-                let v_len = if s.cache.layout().v_trans { n * hp.n_embd_v_gqa() as i64 } else { n };
+                // without a cache (training) the tokens see each other only; the
+                // slot ids are then declared but no op reads them
+                let (n_kv, v_trans) = match s.cache {
+                    Some(c) => (if worst_case { c.layout().kv_size } else { c.n_kv(s.n_tokens) }, c.layout().v_trans),
+                    None => (s.n_tokens, false),
+                };
+                let v_len = if v_trans { n * hp.n_embd_v_gqa() as i64 } else { n };
                 SegmentInputs {
                     k_idxs: input(g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
                     v_idxs: input(g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
@@ -125,6 +130,27 @@ impl GraphInputs {
         rt::tensor_set(self.tokens, tokens);
         rt::tensor_set(self.pos, pos);
         rt::tensor_set(self.out_ids, out_ids);
+    }
+}
+
+impl GraphInputs {
+    /// Fills the inputs of a training pass over `tokens` (one segment with
+    /// no cache, at positions 0..n).
+    pub fn fill_training(&self, tokens: &[i32], n_swa: u32) {
+        let n = tokens.len();
+        rt::tensor_set(self.tokens, tokens);
+        let pos: Vec<i32> = (0..n as i32).collect();
+        rt::tensor_set(self.pos, &pos);
+        let mut mask = Vec::new();
+        let inp = &self.segments[0];
+        if let Some(m) = inp.mask {
+            causal_mask_into(&mut mask, n, 0, n, 0, 0f32, f32::NEG_INFINITY);
+            rt::tensor_set(m, &mask);
+        }
+        if let Some(m) = inp.mask_swa {
+            causal_mask_into(&mut mask, n, 0, n, n_swa, 0f32, f32::NEG_INFINITY);
+            rt::tensor_set(m, &mask);
+        }
     }
 }
 

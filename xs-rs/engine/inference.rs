@@ -7,7 +7,7 @@
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use super::arch::{self, ArchSpec, HParams};
 use super::compute::{BatchShape, StepScratch};
-use super::ggml_ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
+use super::ggml_ops::{Ctx, GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
 use super::graph::{Blueprint, Head, Segment};
 use super::kv_cache::CacheLayout;
@@ -15,10 +15,11 @@ use super::lora::{AdapterUses, LoraAdapter};
 use super::model::Model;
 use super::profile::{timed, Phase, Profile};
 use super::rope::{RopeRequest, RopeSettings};
+use super::train::TrainingPass;
 use super::weights::ModelWeights;
 use super::xxhash::Xxh64;
 use super::{Error, Result};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use super::compute::ComputePool;
 pub use super::kv_cache::KvCache;
@@ -115,6 +116,8 @@ pub struct Runner {
     flash_attn: bool,
     /// The session's RoPE settings (the model's, with the session's request).
     rope: RopeSettings,
+    /// The weights in their plain layout, for training (loaded on first use).
+    training_weights: OnceLock<Arc<ModelWeights>>,
     /// Things the caller should hear about the settings (not errors).
     warnings: Vec<String>,
     model: Arc<Model>,
@@ -228,7 +231,7 @@ impl Runner {
             .init_backend()
             .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
         backend.set_n_threads(n_threads);
-        let weights = model.weights_on(device, || ModelWeights::load(&model, spec, &hp, device))?;
+        let weights = model.weights_on(device, || ModelWeights::load(&model, spec, &hp, device, true))?;
         let compute_buft = backend.default_buffer_type();
         Ok(Runner {
             default_pool: Mutex::new(None),
@@ -245,9 +248,66 @@ impl Runner {
             n_batch,
             flash_attn,
             rope,
+            training_weights: OnceLock::new(),
             warnings,
             model,
         })
+    }
+
+    /// A training pass over `tokens` with `adapters`, whose gradients are
+    /// taken for `params` (see TrainingPass). It runs on the CPU, on the
+    /// weights in their plain layout: the repacked ones have no gradient
+    /// kernels.
+    pub fn training_pass(
+        &self,
+        tokens: &[i32],
+        adapters: &[(Arc<LoraAdapter>, f32)],
+        params: &[Tensor],
+    ) -> Result<TrainingPass> {
+        if !self.device.is_cpu() {
+            return Err(Error::Backend(format!(
+                "training runs on the CPU; this session uses the '{}' backend",
+                self.backend_name
+            )));
+        }
+        if tokens.is_empty() {
+            return Err(Error::Argument("a training pass needs at least one token".into()));
+        }
+        if tokens.len() > self.n_ctx {
+            return Err(Error::Argument(format!(
+                "{} tokens do not fit the session's context of {} (make the Lugh::Inference with a larger n_ctx)",
+                tokens.len(),
+                self.n_ctx
+            )));
+        }
+        if let Some((i, t)) = tokens.iter().enumerate().find(|&(_, &t)| t < 0 || t as usize >= self.hp.n_vocab) {
+            return Err(Error::Argument(format!(
+                "token {t} (index {i}) is out of range: the vocabulary has {} tokens",
+                self.hp.n_vocab
+            )));
+        }
+        for (adapter, _) in adapters {
+            adapter.check_model(&self.model)?;
+        }
+        let weights = match self.training_weights.get() {
+            Some(w) => w.clone(),
+            None => {
+                let w = Arc::new(ModelWeights::load(&self.model, self.spec, &self.hp, self.device, false)?);
+                self.training_weights.get_or_init(|| w).clone()
+            }
+        };
+        let bp = Blueprint {
+            spec: self.spec,
+            hp: &self.hp,
+            weights: &weights,
+            flash_attn: false,
+            rope_factors: weights.rope_factors_for(self.n_ctx, &self.hp),
+            rope: &self.rope,
+            adapters,
+            head: Head::Logits,
+            differentiable: true,
+        };
+        TrainingPass::new(&bp, weights.clone(), tokens, params, self.n_threads)
     }
 
     /// Warnings about the settings, for the caller to show.
@@ -636,6 +696,7 @@ impl Runner {
             rope: &variant.rope,
             adapters: variant.adapters,
             head,
+            differentiable: false,
         };
         let shape = BatchShape {
             n_tokens: segs.iter().map(|(_, t)| t.len()).sum(),
@@ -649,7 +710,7 @@ impl Runner {
         scratch.key.segments.extend(segs.iter().map(|(c, t)| (c.id(), t.len(), c.n_kv(t.len()), all)));
         if pool.reusable(&scratch.key).is_none() {
             let segments: Vec<Segment> =
-                segs.iter().map(|(c, t)| Segment { cache: c, n_tokens: t.len(), all_outputs: all }).collect();
+                segs.iter().map(|(c, t)| Segment { cache: Some(c), n_tokens: t.len(), all_outputs: all }).collect();
             if pool.needs_reserve(&shape) {
                 let worst = timed(&self.profile, Phase::Build, || bp.build(&segments, true))?;
                 timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape))?;

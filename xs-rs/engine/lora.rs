@@ -9,11 +9,14 @@
 //! it, whose Hugging Face module names are mapped to GGUF names the way
 //! llama.cpp's convert_lora_to_gguf.py maps them.
 use super::arch::{spec_for, Rope};
+use super::autograd::Variable;
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Buffer, Device};
 use super::gguf::{Gguf, Value};
+use super::gguf_writer::{GgufWriter, Value as WValue};
 use super::model::Model;
 use super::safetensors::{Dtype, SafeTensors};
+use super::tensor::TensorContext;
 use super::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
@@ -31,6 +34,8 @@ const GGML_TYPE_BF16: c_int = 30;
 pub enum Format {
     Gguf,
     SafeTensors,
+    /// Made by `create`, to be trained.
+    Trainable,
 }
 
 impl Format {
@@ -38,6 +43,7 @@ impl Format {
         match self {
             Format::Gguf => "gguf",
             Format::SafeTensors => "safetensors",
+            Format::Trainable => "trainable",
         }
     }
 }
@@ -80,12 +86,53 @@ pub struct LoraAdapter {
     /// The identity of the model it was checked against.
     model_fingerprint: u64,
     model_path: PathBuf,
-    // the tensors live in the buffer, described by the context
-    _buffer: Buffer,
-    _ctx: Ctx,
+    storage: Storage,
+}
+
+/// Where an adapter's tensors live.
+enum Storage {
+    /// Read from a file: in the buffer, described by the context.
+    Loaded { _buffer: Buffer, _ctx: Ctx },
+    /// Made to be trained: autograd tensors (A, B per base weight, in
+    /// creation order), in a context of their own.
+    Trainable { params: Vec<TrainablePair>, architecture: String },
+}
+
+/// A trainable adapter's matrices of one base weight: (its name, A, B).
+pub type TrainablePair = (String, Arc<Variable>, Arc<Variable>);
+
+/// What `LoraAdapter::create` makes.
+pub struct LoraSpec<'a> {
+    pub rank: usize,
+    pub alpha: f32,
+    pub scale: f32,
+    /// Weight kinds (attn_q, ffn_down, output, ...) or full weight names.
+    pub targets: &'a [String],
+    pub seed: Option<u64>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The largest rank `create` makes (Lugh 0.12's bound).
+const MAX_RANK: usize = 256;
+
+/// Sorts weight names by layer number, then name ("blk.10" after "blk.9",
+/// the weights outside the blocks last).
+fn weight_order(name: &str) -> (usize, String) {
+    let layer = name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok());
+    (layer.unwrap_or(usize::MAX), name.to_string())
+}
+
+/// The values of an f32 adapter tensor (every adapter lives in host memory:
+/// an arena, or a CPU buffer).
+fn tensor_f32_values(t: Tensor) -> Result<Vec<f32>> {
+    if t.type_id() == GGML_TYPE_F32 {
+        let mut bytes = vec![0u8; t.nbytes()];
+        t.read_data(0, &mut bytes);
+        return Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
+    }
+    Err(Error::Argument(format!("cannot save a {} LoRA tensor (only f32 ones are written)", t.type_name())))
+}
 
 /// One tensor of a pair, read and checked, before it has a place.
 struct Staged {
@@ -109,7 +156,7 @@ impl LoraAdapter {
         let format = detect_format(path)?;
         let (alpha, staged) = match format {
             Format::Gguf => read_gguf(path, model)?,
-            Format::SafeTensors => read_safetensors(path, model)?,
+            Format::SafeTensors | Format::Trainable => read_safetensors(path, model)?,
         };
         if staged.is_empty() {
             return Err(invalid(path, "it has no LoRA tensor pairs".into()));
@@ -142,9 +189,127 @@ impl LoraAdapter {
             pairs,
             model_fingerprint: model.fingerprint()?,
             model_path: model.path().clone(),
-            _buffer: buffer,
-            _ctx: ctx,
+            storage: Storage::Loaded { _buffer: buffer, _ctx: ctx },
         })
+    }
+
+    /// A new adapter to train, for `model`: for each 2-D base weight the
+    /// targets name (a kind such as attn_q matches it in every layer), A
+    /// [n_in, rank] Kaiming-uniform and B [rank, n_out] zero, so it starts
+    /// as no change. `path` names it until it is saved.
+    pub fn create(model: &Model, spec: &LoraSpec) -> Result<LoraAdapter> {
+        if !(1..=MAX_RANK).contains(&spec.rank) {
+            return Err(Error::Argument(format!("the LoRA rank must be between 1 and {MAX_RANK}, got {}", spec.rank)));
+        }
+        if !spec.alpha.is_finite() || spec.alpha < 0.0 {
+            return Err(Error::Argument(format!("the LoRA alpha must be a finite number >= 0, got {}", spec.alpha)));
+        }
+        let mut names = Vec::new();
+        for target in spec.targets {
+            let matches: Vec<&str> = model
+                .gguf
+                .tensors
+                .iter()
+                .map(|t| t.name.as_str())
+                .filter(|n| {
+                    *n == target
+                        || n.strip_prefix("blk.")
+                            .and_then(|r| r.split_once('.'))
+                            .is_some_and(|(_, rest)| rest == format!("{target}.weight"))
+                        || *n == format!("{target}.weight")
+                })
+                .collect();
+            if matches.is_empty() {
+                return Err(Error::Argument(format!(
+                    "the LoRA target '{target}' matches no weight of '{}' (kinds are such as attn_q, attn_k, attn_v, \
+                     attn_output, ffn_gate, ffn_up, ffn_down, output)",
+                    model.path().display()
+                )));
+            }
+            for name in matches {
+                let info = model.gguf.tensor(name).expect("listed above");
+                if info.shape.len() != 2 || name == "token_embd.weight" {
+                    return Err(Error::Argument(format!(
+                        "the LoRA target '{target}' names '{name}', which is not a projection LoRA can adapt"
+                    )));
+                }
+                if !names.iter().any(|(n, _): &(String, [u64; 2])| n == name) {
+                    names.push((name.to_string(), [info.shape[0], info.shape[1]]));
+                }
+            }
+        }
+        // in layer order, as 0.12 listed them
+        names.sort_by_key(|(n, _)| weight_order(n));
+        let rank = spec.rank as i64;
+        let bytes: usize = names.iter().map(|(_, [n_in, n_out])| 4 * spec.rank * (*n_in + *n_out) as usize).sum();
+        let ctx = TensorContext::new((bytes + names.len() * 2 * 1024 + 4096) as u64)?;
+        let mut rng = super::sampler::rng_for_call(spec.seed);
+        let mut pairs = HashMap::new();
+        let mut params = Vec::new();
+        for (name, [n_in, n_out]) in names {
+            let a = Variable::leaf(&ctx, 0, &[n_in as i64, rank], true)?;
+            let b = Variable::leaf(&ctx, 0, &[rank, n_out as i64], true)?;
+            // Kaiming-uniform for a ReLU gain: U(-b, b), b = sqrt(6 / fan_in)
+            let bound = (6.0 / n_in as f64).sqrt();
+            let init: Vec<f64> = (0..n_in * rank as u64).map(|_| (2.0 * rng.next_f64() - 1.0) * bound).collect();
+            a.value().set_values(&init)?;
+            let (ta, tb) = (a.value().raw(), b.value().raw());
+            ta.set_name(&format!("{name}.lora_a"));
+            tb.set_name(&format!("{name}.lora_b"));
+            pairs.insert(name.clone(), LoraPair { a: ta, b: tb, alpha: spec.alpha });
+            params.push((name, a, b));
+        }
+        let adapter = LoraAdapter {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            path: PathBuf::new(),
+            format: Format::Trainable,
+            alpha: spec.alpha,
+            scale: AtomicU32::new(1.0f32.to_bits()),
+            pairs,
+            model_fingerprint: model.fingerprint()?,
+            model_path: model.path().clone(),
+            storage: Storage::Trainable { params, architecture: model.architecture().unwrap_or("").to_string() },
+        };
+        adapter.set_scale(spec.scale)?;
+        Ok(adapter)
+    }
+
+    /// The trainable tensors of an adapter made by `create`: (base weight
+    /// name, A, B) in creation order; None for a loaded one.
+    pub fn trainable(&self) -> Option<&[TrainablePair]> {
+        match &self.storage {
+            Storage::Trainable { params, .. } => Some(params),
+            Storage::Loaded { .. } => None,
+        }
+    }
+
+    /// Writes the adapter as llama.cpp reads adapters: general.type
+    /// adapter, adapter.type lora, adapter.lora.alpha, and the f32 pairs
+    /// `NAME.lora_a` [n_in, rank] and `NAME.lora_b` [rank, n_out].
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let Storage::Trainable { architecture, .. } = &self.storage else {
+            return Err(Error::Argument(format!(
+                "only adapters made by Lugh::LoRA->create are saved (this one was read from '{}')",
+                self.path.display()
+            )));
+        };
+        let mut w = GgufWriter::new();
+        w.kv("general.architecture", WValue::Str(architecture.clone()));
+        w.kv("general.type", WValue::Str("adapter".into()));
+        w.kv("adapter.type", WValue::Str("lora".into()));
+        w.kv("adapter.lora.alpha", WValue::F32(self.alpha));
+        let _guard = super::tensor::lock();
+        let mut names = self.weight_names();
+        names.sort_by_key(|n| weight_order(n));
+        for name in names {
+            let p = &self.pairs[&name];
+            for (t, suffix) in [(p.a, "lora_a"), (p.b, "lora_b")] {
+                let ne = t.ne();
+                let values = tensor_f32_values(t)?;
+                w.tensor_f32(&format!("{name}.{suffix}"), &[ne[0] as u64, ne[1] as u64], &values);
+            }
+        }
+        w.write(path)
     }
 
     /// A number no other adapter of this process has.

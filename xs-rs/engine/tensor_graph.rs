@@ -22,7 +22,7 @@ static CPU: Mutex<Vec<(usize, Backend)>> = Mutex::new(Vec::new());
 
 /// Runs `f` with the kept CPU backend of `n_threads` threads (capped to the
 /// CPUs the process may use).
-fn with_cpu<T>(n_threads: usize, f: impl FnOnce(&mut Backend) -> Result<T, Error>) -> Result<T, Error> {
+pub(crate) fn with_cpu<T>(n_threads: usize, f: impl FnOnce(&mut Backend) -> Result<T, Error>) -> Result<T, Error> {
     let n = n_threads.clamp(1, available_cpus());
     let mut backends = CPU.lock().unwrap_or_else(|p| p.into_inner());
     if !backends.iter().any(|(k, _)| *k == n) {
@@ -132,7 +132,7 @@ fn execute(outputs: &[Arc<TensorHandle>], n_threads: usize, only_pending: bool) 
 
 /// The ops whose backward pass ggml has (ggml_compute_backward, 0.26.0):
 /// anything else on the way from a parameter to the loss would abort.
-const DIFFERENTIABLE: &[&str] = &[
+pub(crate) const DIFFERENTIABLE: &[&str] = &[
     "NONE",
     "ADD",
     "SUB",

@@ -364,9 +364,17 @@ impl<'a> Loader<'a> {
 }
 
 impl ModelWeights {
-    /// Loads every weight the architecture needs onto `device`.
-    pub fn load(model: &Arc<Model>, spec: &'static ArchSpec, hp: &HParams, device: Device) -> Result<ModelWeights> {
-        let mut bufts = if device.is_cpu() { device.extra_buffer_types() } else { Vec::new() };
+    /// Loads every weight the architecture needs onto `device`; with
+    /// `repack` the CPU's matmul weights go to its repacked layouts (faster,
+    /// but ops other than matmul, such as a backward pass's, cannot read them).
+    pub fn load(
+        model: &Arc<Model>,
+        spec: &'static ArchSpec,
+        hp: &HParams,
+        device: Device,
+        repack: bool,
+    ) -> Result<ModelWeights> {
+        let mut bufts = if device.is_cpu() && repack { device.extra_buffer_types() } else { Vec::new() };
         bufts.push(device.buffer_type());
         let mut ld = Loader { model, spec, device, bufts, pending: Vec::new(), n_expert_used: hp.n_expert_used };
         let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);

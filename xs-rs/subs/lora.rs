@@ -1,6 +1,7 @@
 //! XS subs of Lugh::LoRA: a LoRA adapter loaded for a model, and the
 //! `lora =>` argument of the forward, generate and scoring calls.
-use crate::engine::lora::{AdapterUses, LoraAdapter};
+use super::autograd::new_variable;
+use crate::engine::lora::{AdapterUses, LoraAdapter, LoraSpec};
 use crate::engine::model::Model;
 use crate::engine::Error;
 use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
@@ -19,8 +20,7 @@ const ACCESSORS: &[Accessor<LoraAdapter>] = &[
     Accessor { name: "n_weights", read: |a, perl| Ok(perl.int(a.n_weights() as i64)) },
     Accessor { name: "format", read: |a, perl| Ok(perl.str(a.format.name())) },
     Accessor { name: "file", read: |a, perl| Ok(perl.str(&a.path.to_string_lossy())) },
-    // adapters made for training are issue #17's; a loaded one is not trainable
-    Accessor { name: "trainable", read: |_, perl| Ok(perl.bool(false)) },
+    Accessor { name: "trainable", read: |a, perl| Ok(perl.bool(a.trainable().is_some())) },
 ];
 
 /// One adapter: a Lugh::LoRA object (at its own scale) or [$lora, $scale].
@@ -72,6 +72,67 @@ xs_subs! { "Lugh::LoRA";
         let adapter = LoraAdapter::load(&path, &model)?;
         adapter.set_scale(scale)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(adapter))))
+    }
+
+    fn _create(args) as "Lugh::LoRA->create" {
+        args.expect(7, 7, "class, model, rank, alpha, scale, targets, seed")?;
+        let perl = args.perl();
+        let class = perl.class_arg(args.get(0))?;
+        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")
+            .map_err(|_| Error::Argument(format!("model must be a Lugh::Model object, got {}", perl.describe(args.get(1)))))?;
+        let rank = perl.int_arg(args.get(2), "rank")?;
+        let alpha = perl.number_arg(args.get(3), "alpha")? as f32;
+        let scale = perl.number_arg(args.get(4), "scale")? as f32;
+        let targets = perl
+            .array_arg(args.get(5), "targets")?
+            .into_iter()
+            .map(|t| perl.string_arg(t, "a LoRA target"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let seed = if perl.is_defined(args.get(6)) { Some(perl.int_arg(args.get(6), "seed")? as u64) } else { None };
+        let rank = usize::try_from(rank).unwrap_or(0);
+        let spec = LoraSpec { rank, alpha, scale, targets: &targets, seed };
+        let adapter = LoraAdapter::create(&model, &spec)?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(adapter))))
+    }
+
+    fn get_weight_tensor(args) as "Lugh::LoRA->get_weight_tensor" {
+        args.expect(3, 3, "self, name, 'a' or 'b'")?;
+        let perl = args.perl();
+        let a = this(args)?;
+        let pairs = a.trainable().ok_or_else(|| {
+            Error::Argument("get_weight_tensor only available on trainable LoRA adapters (made by Lugh::LoRA->create)".into())
+        })?;
+        let name = perl.string_arg(args.get(1), "name")?;
+        let which = perl.string_arg(args.get(2), "type")?;
+        let (_, ta, tb) = pairs
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .ok_or_else(|| Error::Argument(format!("LoRA weight '{name}' not found")))?;
+        let t = match which.as_str() {
+            "a" | "A" => ta,
+            "b" | "B" => tb,
+            _ => return Err(Error::Argument(format!("type must be 'a' or 'b', got '{which}'")).into()),
+        };
+        Ok(Ret::One(new_variable(perl, t.clone())))
+    }
+
+    fn trainable_parameters(args) as "Lugh::LoRA->trainable_parameters" {
+        args.expect(1, 1, "self")?;
+        let perl = args.perl();
+        let a = this(args)?;
+        let pairs = a.trainable().ok_or_else(|| {
+            Error::Argument("trainable_parameters() only available for trainable LoRA adapters (created with create())".into())
+        })?;
+        Ok(Ret::List(pairs.iter().flat_map(|(_, ta, tb)| [new_variable(perl, ta.clone()), new_variable(perl, tb.clone())]).collect()))
+    }
+
+    fn _save(args) as "Lugh::LoRA->save" {
+        args.expect(2, 2, "self, path")?;
+        let perl = args.perl();
+        let a = this(args)?;
+        let path = perl.path_arg(args.get(1), "path")?;
+        a.save(&path)?;
+        Ok(Ret::One(perl.bool(true)))
     }
 
     fn scale(args) as "Lugh::LoRA->scale" {

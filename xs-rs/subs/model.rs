@@ -1,6 +1,7 @@
 //! XS subs of Lugh::Model.
 use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
+use crate::engine::model_create::RandomModel;
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
@@ -119,6 +120,32 @@ xs_subs! { "Lugh::Model";
         let path = open.path.unwrap_or_default();
         let model = Model::open_with(&path, open.use_mmap, open.prefetch)?;
         Ok(Ret::One(new_object(args.perl(), &class, Arc::new(model))))
+    }
+
+    fn _create(args) as "Lugh::Model->create" {
+        args.expect(12, 12, "class, path, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, rope_freq_base, norm_eps, seed")?;
+        let perl = args.perl();
+        let class = perl.class_arg(args.get(0))?;
+        let path = perl.path_arg(args.get(1), "path")?;
+        let size = |i: usize, what: &str| -> Result<usize, Error> {
+            let v = perl.int_arg(args.get(i), what)?;
+            usize::try_from(v).map_err(|_| Error::Argument(format!("{what} must be between 1 and 1048576, got {v}")))
+        };
+        let spec = RandomModel {
+            n_vocab: size(2, "n_vocab")?,
+            n_embd: size(3, "n_embd")?,
+            n_layer: size(4, "n_layer")?,
+            n_head: size(5, "n_head")?,
+            n_head_kv: size(6, "n_head_kv")?,
+            n_ff: size(7, "n_ff")?,
+            n_ctx: size(8, "n_ctx")?,
+            rope_freq_base: perl.number_arg(args.get(9), "rope_freq_base")? as f32,
+            norm_eps: perl.number_arg(args.get(10), "norm_eps")? as f32,
+            seed: if perl.is_defined(args.get(11)) { Some(perl.int_arg(args.get(11), "seed")? as u64) } else { None },
+        };
+        spec.write(&path)?;
+        let model = Model::open_with(&path, true, false)?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
     }
 
     fn _check_new(args) as "Lugh::Model->new" {

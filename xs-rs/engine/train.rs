@@ -1,0 +1,226 @@
+//! A training pass: the model's forward graph (the inference graph builder
+//! in its differentiable form) with ggml's backward graph behind it, so the
+//! gradients of the trainable tensors (LoRA pairs, or weights) are exact.
+//!
+//! The forward half runs when the pass is made and gives the logits; the
+//! caller's loss then yields dloss/dlogits, which seeds the backward half:
+//! the graph's own loss is Σ logits·seed, whose gradient with respect to
+//! each parameter is the chain rule's product. Both halves share one
+//! allocation, so the activations the backward half reads are still there.
+use super::ggml_ops::{GraphCtx, Tensor, GGML_TYPE_F32};
+use super::ggml_runtime::{self as rt, Device, Gallocr};
+use super::graph::{Blueprint, Segment};
+use super::tensor::lock;
+use super::tensor_graph::{with_cpu, DIFFERENTIABLE};
+use super::weights::{Ffn, ModelWeights};
+use super::{Error, Result};
+use std::sync::Arc;
+
+/// One forward pass kept for its backward pass.
+pub struct TrainingPass {
+    // Drop order: the memory and graphs before the weights they read.
+    _alloc: Gallocr,
+    full: GraphCtx,
+    forward: GraphCtx,
+    backward: GraphCtx,
+    inputs: super::graph_inputs::GraphInputs,
+    tokens: Vec<i32>,
+    n_swa: u32,
+    seed: Tensor,
+    logits: Vec<f32>,
+    params: Vec<Tensor>,
+    /// Whether the forward half's activations are still in place (a
+    /// backward pass may overwrite them: another one reruns the forward).
+    fresh: bool,
+    n_threads: usize,
+    n_vocab: usize,
+    _weights: Arc<ModelWeights>,
+}
+
+// SAFETY: the graphs and memory are owned and used under the caller's lock.
+unsafe impl Send for TrainingPass {}
+
+impl TrainingPass {
+    /// Builds the pass over `tokens` for `bp` (whose weights are `weights`),
+    /// taking gradients for `params` (leaf f32 tensors with data that the
+    /// graph reads: LoRA matrices or weights), and runs its forward half.
+    pub fn new(
+        bp: &Blueprint,
+        weights: Arc<ModelWeights>,
+        tokens: &[i32],
+        params: &[Tensor],
+        n_threads: usize,
+    ) -> Result<TrainingPass> {
+        if bp.weights.layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_))) {
+            return Err(Error::Argument(format!(
+                "training a {} model is not supported: ggml has no gradient for its mixture-of-experts layers",
+                bp.spec.name
+            )));
+        }
+        if params.is_empty() {
+            return Err(Error::Argument("nothing to train: no trainable tensor was given".into()));
+        }
+        let n = tokens.len();
+        // the backward half has a few nodes for each forward one
+        let forward_nodes = bp.max_nodes() + 64 * n_adapters(bp);
+        let size = 8 * forward_nodes;
+        let g = GraphCtx::new_with_grads(size, size)
+            .ok_or_else(|| Error::Ggml("cannot allocate a training graph".into()))?;
+        let guard = lock();
+        let saved: Vec<i32> = params.iter().map(|p| p.flags()).collect();
+        // marked before the forward is built: ggml sorts parameters among the nodes
+        params.iter().for_each(|p| p.mark_param());
+        let built = bp.build_into(g, &[Segment { cache: None, n_tokens: n, all_outputs: true }], false);
+        let built = match built {
+            Ok(b) => b,
+            Err(e) => {
+                params.iter().zip(&saved).for_each(|(p, &f)| p.restore_flags(f));
+                return Err(e);
+            }
+        };
+        let full = built.g;
+        let n_forward = full.n_nodes();
+        let seed = full.new_tensor(GGML_TYPE_F32, &[bp.hp.n_vocab as i64, n as i64]);
+        seed.set_name("logits_grad");
+        seed.set_input();
+        let surrogate = full.sum(full.mul(built.output, seed));
+        surrogate.mark_loss();
+        full.expand(surrogate);
+        let reached = full.nodes().iter().take(n_forward).filter(|t| params.iter().any(|p| p.0 == t.0)).count();
+        if reached == 0 {
+            params.iter().zip(&saved).for_each(|(p, &f)| p.restore_flags(f));
+            return Err(Error::Argument(
+                "nothing to train: none of the trainable tensors takes part in the model's forward pass".into(),
+            ));
+        }
+        if let Some(op) = undifferentiable(&full.nodes()[..n_forward], params) {
+            params.iter().zip(&saved).for_each(|(p, &f)| p.restore_flags(f));
+            return Err(Error::Argument(format!(
+                "training a {} model is not supported: ggml has no gradient for its {op} op",
+                bp.spec.name
+            )));
+        }
+        full.build_backward();
+        params.iter().zip(&saved).for_each(|(p, &f)| p.restore_flags(f));
+        drop(guard);
+        // the gradients are read after the graph ran: outputs keep their memory
+        for p in params {
+            if let Some(grad) = full.grad(*p) {
+                grad.set_output();
+            }
+        }
+        let nodes = full.nodes();
+        let forward = node_graph(&nodes[..n_forward])?;
+        let backward = node_graph(&nodes[n_forward..])?;
+        let device =
+            Device::by_backend_name("cpu").ok_or_else(|| Error::Backend("ggml's CPU backend is missing".into()))?;
+        let mut alloc = Gallocr::new(device.buffer_type())
+            .ok_or_else(|| Error::Ggml("cannot create a graph allocator for training".into()))?;
+        if !alloc.alloc_graph(&full) {
+            return Err(Error::Ggml(format!("cannot allocate the memory of a training pass over {n} tokens")));
+        }
+        let mut pass = TrainingPass {
+            _alloc: alloc,
+            full,
+            forward,
+            backward,
+            inputs: built.inputs,
+            tokens: tokens.to_vec(),
+            n_swa: bp.hp.n_swa,
+            seed,
+            logits: Vec::new(),
+            params: params.to_vec(),
+            fresh: false,
+            n_threads,
+            n_vocab: bp.hp.n_vocab,
+            _weights: weights,
+        };
+        pass.run_forward()?;
+        let output = built.output;
+        rt::tensor_get_f32_into(output, 0, pass.n_vocab * n, &mut pass.logits);
+        Ok(pass)
+    }
+
+    fn run_forward(&mut self) -> Result<()> {
+        self.inputs.fill_training(&self.tokens, self.n_swa);
+        let forward = &self.forward;
+        with_cpu(self.n_threads, |cpu| compute(cpu, forward))?;
+        self.fresh = true;
+        Ok(())
+    }
+
+    /// The logits [n_vocab, n_tokens], ne0 fastest.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The gradient of each parameter (in the order given) for a loss whose
+    /// gradient with respect to the logits is `dlogits`.
+    pub fn backward(&mut self, dlogits: &[f32]) -> Result<Vec<Vec<f32>>> {
+        assert_eq!(dlogits.len(), self.logits.len(), "one gradient per logit");
+        if !self.fresh {
+            self.run_forward()?;
+        }
+        rt::tensor_set(self.seed, dlogits);
+        self.full.reset_grads();
+        self.fresh = false;
+        let backward = &self.backward;
+        with_cpu(self.n_threads, |cpu| compute(cpu, backward))?;
+        Ok(self
+            .params
+            .iter()
+            .map(|&p| {
+                let n = p.ne().iter().product::<i64>() as usize;
+                match self.full.grad(p) {
+                    Some(g) => {
+                        let mut v = Vec::with_capacity(n);
+                        rt::tensor_get_f32_into(g, 0, n, &mut v);
+                        v
+                    }
+                    None => vec![0.0; n],
+                }
+            })
+            .collect())
+    }
+}
+
+/// The first op between a parameter and the logits that ggml cannot
+/// differentiate (the nodes are in graph order, so sources come first).
+fn undifferentiable(nodes: &[Tensor], params: &[Tensor]) -> Option<String> {
+    let mut depends: std::collections::HashSet<usize> = params.iter().map(|p| p.0 as usize).collect();
+    for node in nodes {
+        let srcs = node.srcs();
+        if srcs.iter().any(|s| depends.contains(&(s.0 as usize))) {
+            let op = node.op_desc();
+            if !DIFFERENTIABLE.contains(&op.as_str()) {
+                return Some(op);
+            }
+            depends.insert(node.0 as usize);
+        }
+    }
+    None
+}
+
+fn n_adapters(bp: &Blueprint) -> usize {
+    bp.adapters.iter().map(|(a, _)| a.n_weights()).sum()
+}
+
+/// A graph that runs `nodes` as they are (their sources were computed
+/// before, or are among them).
+fn node_graph(nodes: &[Tensor]) -> Result<GraphCtx> {
+    let g = GraphCtx::new(nodes.len().max(1)).ok_or_else(|| Error::Ggml("cannot allocate a graph".into()))?;
+    nodes.iter().for_each(|&t| g.add_node(t));
+    Ok(g)
+}
+
+fn compute(cpu: &mut super::ggml_runtime::Backend, g: &GraphCtx) -> std::result::Result<(), Error> {
+    if g.n_nodes() == 0 || cpu.compute(g) {
+        Ok(())
+    } else {
+        Err(Error::Ggml("the training graph failed to compute".into()))
+    }
+}
