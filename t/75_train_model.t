@@ -239,6 +239,36 @@ subtest 'a tiny model learns a toy sequence to near-zero loss' => sub {
     is_deeply(\@greedy, \@targets, 'it predicts every next token');
 };
 
+subtest '1,000 training steps keep memory flat' => sub {
+    my $statm = '/proc/self/statm';
+    plan skip_all => "no $statm" unless -r $statm;
+    my $rss = sub { open my $fh, '<', $statm or die "$statm: $!"; my @f = split ' ', <$fh>; return $f[1] * 4096 };
+    my $live = Lugh::_live_objects();
+    {
+        my $lora = Lugh::LoRA->create(model => $tiny, rank => 4, targets => [qw(attn_q ffn_down)], seed => 8);
+        my $opt = Lugh::Optimizer::AdamW->new(lr => 1e-3, params => [ $lora->trainable_parameters ]);
+        my @in = map { 4 + $_ % 9 } 0 .. 15;
+        my @targets = map { 4 + ($_ + 1) % 9 } 0 .. 15;
+        my $step = sub {
+            $opt->zero_grad;
+            my $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, lora => $lora);
+            my $loss = Lugh::Train->cross_entropy_loss($logits, \@targets);
+            $loss->backward;
+            $opt->step;
+            ($loss->get_data)[0];
+        };
+        my $first = $step->();
+        $step->() for 2 .. 100;    # warm-up
+        my $before = $rss->();
+        my $last;
+        $last = $step->() for 1 .. 1000;
+        my $growth = $rss->() - $before;
+        cmp_ok($growth, '<', 4 * 1024 * 1024, sprintf '1,000 steps: RSS grew %.2f MB', $growth / 1024 / 1024);
+        cmp_ok($last, '<', $first, sprintf 'and the loss went down (%.4f -> %.4f)', $first, $last);
+    }
+    is(Lugh::_live_objects(), $live, 'every object of the loop was freed');
+};
+
 subtest 'forward: arguments and errors' => sub {
     my $lora = Lugh::LoRA->create(model => $tiny, rank => 2, seed => 6);
     my $ctx = Lugh::Context->new(mem_size => 4 << 20);
