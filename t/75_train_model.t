@@ -239,6 +239,82 @@ subtest 'a tiny model learns a toy sequence to near-zero loss' => sub {
     is_deeply(\@greedy, \@targets, 'it predicts every next token');
 };
 
+subtest 'train_full: the model\'s own weights' => sub {
+    my $weights = $tiny->get_trainable_weights;
+    is(ref $weights, 'HASH', 'a hash of name => tensor');
+    is(scalar(keys %$weights), 2 + 2 * 9 + 1 - 0, 'every f32 weight of the tiny model');
+    isa_ok($weights->{'blk.0.attn_q.weight'}, 'Lugh::Autograd::Tensor');
+    is_deeply([ $weights->{'token_embd.weight'}->shape ], [ 64, 256 ], 'shapes as in the file');
+    my $again = $tiny->get_trainable_weights;
+    $weights->{'output_norm.weight'}->set_data((1.5) x 64);
+    is(($again->{'output_norm.weight'}->get_data)[0], 1.5, 'the same tensors on every call');
+    $weights->{'output_norm.weight'}->set_data((1) x 64);
+
+    my @in      = map { 4 + (5 * $_) % 40 } 0 .. 9;
+    my @targets = map { 4 + (9 * $_) % 40 } 0 .. 9;
+    my @params = map { $weights->{$_} } sort keys %$weights;
+    $_->zero_grad for @params;
+    my $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, train_full => 1);
+    Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;
+    my @grads = map { $_->grad } @params;
+    my @values = map { [ $_->get_data ] } @params;
+    my $norm = 0;
+    $norm += $_**2 for map {@$_} @grads;
+    $norm = sqrt $norm;
+    my $h = 1e-2;
+    my @loss;
+    for my $sign (1, -1) {
+        for my $i (0 .. $#params) {
+            my ($v, $g) = ($values[$i], $grads[$i]);
+            $params[$i]->set_data(map { $v->[$_] + $sign * $h * $g->[$_] / $norm } 0 .. $#$v);
+        }
+        push @loss, Lugh::Autograd::no_grad {
+            my $l = Lugh::Train->forward(inference => $inf, tokens => \@in, train_full => 1);
+            (Lugh::Train->cross_entropy_loss($l, \@targets)->get_data)[0];
+        };
+    }
+    $params[$_]->set_data(@{ $values[$_] }) for 0 .. $#params;
+    my $numeric = ($loss[0] - $loss[1]) / (2 * $h);
+    cmp_ok(abs($numeric - $norm) / $norm, '<=', 1e-2,
+        sprintf 'every weight along the gradient: |g| %.6f, numeric %.6f', $norm, $numeric);
+    ok((grep { $_ != 0 } @{ $weights->{'token_embd.weight'}->grad }), 'the embeddings get a gradient');
+    ok((grep { $_ != 0 } @{ $weights->{'blk.1.ffn_norm.weight'}->grad }), 'so do the norms');
+
+    # register_weight_tensors: only those get gradients
+    $_->zero_grad for @params;
+    $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, train_full => 1);
+    Lugh::Train->register_weight_tensors($logits, [ $weights->{'blk.0.attn_q.weight'} ]);
+    Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;
+    ok((grep { $_ != 0 } @{ $weights->{'blk.0.attn_q.weight'}->grad }), 'a registered weight gets its gradient');
+    ok(!(grep { $_ != 0 } @{ $weights->{'blk.0.attn_k.weight'}->grad }), 'the others none');
+    my $lora = Lugh::LoRA->create(model => $tiny, rank => 2, seed => 1);
+    croaks_like(sub { Lugh::Train->register_weight_tensors($logits, [ ($lora->trainable_parameters)[0] ]) },
+        qr/weight 0 .* is not trained by this forward pass/, 'a tensor the pass does not train');
+    croaks_like(sub { Lugh::Train->register_weight_tensors($weights->{'blk.0.attn_q.weight'}, []) },
+        qr/not from Lugh::Train->forward/, 'tensors that are not training logits');
+    croaks_like(sub { Lugh::Train->register_weight_tensors($logits, 'x') }, qr/Usage/, 'an array of weights');
+
+    # both at once: the adapter and the weights
+    $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, train_full => 1, lora => $lora);
+    Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;
+    ok((grep { $_ != 0 } @{ ($lora->trainable_parameters)[1]->grad }), 'with lora and train_full both train (B: A\'s is 0 while B is)');
+
+    my $opt = Lugh::Optimizer::AdamW->new(lr => 1e-2, weight_decay => 0, params => \@params);
+    my @seq = map { 4 + ($_ * 3) % 7 } 0 .. 24;
+    my ($first, $last);
+    for (1 .. 60) {
+        $opt->zero_grad;
+        my $l = Lugh::Train->cross_entropy_loss(
+            Lugh::Train->forward(inference => $inf, tokens => [ @seq[ 0 .. 23 ] ], train_full => 1), [ @seq[ 1 .. 24 ] ]);
+        $l->backward;
+        $opt->step;
+        $last = ($l->get_data)[0];
+        $first //= $last;
+    }
+    cmp_ok($last, '<', 0.02, sprintf 'full training learns the toy task too (%.3f -> %.4f)', $first, $last);
+    $params[$_]->set_data(@{ $values[$_] }) for 0 .. $#params;    # as made, for the tests after
+};
+
 subtest '1,000 training steps keep memory flat' => sub {
     my $statm = '/proc/self/statm';
     plan skip_all => "no $statm" unless -r $statm;
@@ -295,13 +371,12 @@ subtest 'forward: arguments and errors' => sub {
         qr/999.*out of range|out of range.*999/, 'a token outside the vocabulary');
     croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [ (5) x 65 ], lora => $lora) },
         qr/do not fit the session's context of 64/, 'more tokens than the context');
-    croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [1]) }, qr/requires lora/, 'lora');
+    croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [1]) }, qr/requires lora .* or train_full/,
+        'lora or train_full');
     croaks_like(sub { Lugh::Train->forward(inference => 'x', tokens => [1], lora => $lora) },
         qr/must be a Lugh::Inference/, 'an inference object');
-    croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [1], lora => $lora, train_full => 1) },
-        qr/train_full .* is not supported/, 'train_full');
     croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [1], lora => $lora, train_lora => 0) },
-        qr/nothing to train/, 'train_lora => 0');
+        qr/nothing to train/, 'train_lora => 0 and no train_full');
     croaks_like(sub { Lugh::Train->forward(inference => $inf, tokens => [1], lora => $lora, epochs => 2) },
         qr/unknown option 'epochs'/, 'unknown options');
     my $other = Lugh::Model->create(path => "$dir/other.gguf", seed => 9, n_layer => 1);

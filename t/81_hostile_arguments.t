@@ -249,6 +249,11 @@ my %CALLS = (
     'Lugh::LoRA::trainable_parameters' => sub { ($tlora) },
     'Lugh::Model::create'          => sub { ('Lugh::Model', path => "$dir/created.gguf", n_layer => 1, seed => 1) },
     'Lugh::Train::forward'         => sub { ('Lugh::Train', inference => $inf, tokens => [ 1, 2 ], lora => $tlora) },
+    'Lugh::Train::register_weight_tensors' => sub {
+        my $l = Lugh::Train->forward(inference => $inf, tokens => [ 1, 2 ], lora => $tlora);
+        ('Lugh::Train', $l, [ ($tlora->trainable_parameters)[0] ]);
+    },
+    'Lugh::Model::get_trainable_weights' => sub { ($model) },
     (map { my $m = $_; ("Lugh::LoRA::$m" => sub { ($lora) }) } qw(alpha file format n_weights trainable weight_names)),
 
     'Lugh::RoPE::new'              => sub { ('Lugh::RoPE', scaling_type => 'yarn', n_ctx_orig => 64, target_ctx => 256,

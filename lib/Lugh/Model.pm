@@ -53,6 +53,13 @@ sub create {
     return _create($class, @opt{qw(path n_vocab n_embd n_layer n_head n_head_kv n_ff n_ctx rope_freq_base norm_eps seed)});
 }
 
+sub get_trainable_weights {
+    my ($self, @ctx) = @_;
+    Lugh::_croak('Usage: $model->get_trainable_weights([$ctx])') if @ctx > 1;
+    my %weights = _trainable_weights($self, @ctx);
+    return \%weights;
+}
+
 sub mmap_supported { return 1 }
 
 # Hyperparameters and architecture facts: one accessor per row of the XS table.
@@ -148,6 +155,21 @@ accepted too. Only C<architecture =E<gt> 'llama'> is made; sizes must be
 a multiple of n_head_kv.
 
 =head1 METHODS
+
+=head2 get_trainable_weights
+
+    my $model = Lugh::Model->create(path => '/tmp/lugh-tiny.gguf', seed => 1);
+    my $weights = $model->get_trainable_weights;       # { 'blk.0.attn_q.weight' => $tensor, ... }
+    my $opt = Lugh::Optimizer::AdamW->new(lr => 1e-3, params => [ values %$weights ]);
+
+The weights L<Lugh::Train/forward> trains with C<train_full =E<gt> 1>, as
+a hash of GGUF name to L<Lugh::Autograd::Tensor>: f32 copies of every f32
+tensor of the file (all of a model made by L</create>; the norms and
+biases of a quantized one; RoPE factors excepted). They are made on the
+first call, in the L<Lugh::Context> given or one of their own, and every
+later call returns the same tensors. The file is mapped read-only, so
+training changes the copies, not the file, and inference keeps using the
+file's weights.
 
 =head2 filename
 

@@ -38,13 +38,19 @@ sub forward {
     Lugh::_croak('Lugh::Train->forward requires tokens => \@tokens') unless defined $opt{tokens};
     Lugh::_croak('Lugh::Train->forward: tokens must be a non-empty array reference of token ids')
         unless ref $opt{tokens} eq 'ARRAY' && @{ $opt{tokens} };
-    Lugh::_croak('Lugh::Train->forward: train_full (training the model\'s own weights) is not supported; '
-        . 'train a LoRA adapter made by Lugh::LoRA->create instead') if $opt{train_full};
-    Lugh::_croak('Lugh::Train->forward: nothing to train (train_lora => 0); '
-        . 'use Lugh::Inference for a forward pass without gradients') unless $opt{train_lora};
-    Lugh::_croak('Lugh::Train->forward requires lora => $adapter (made by Lugh::LoRA->create)') unless defined $opt{lora};
+    Lugh::_croak('Lugh::Train->forward requires lora => $adapter (made by Lugh::LoRA->create) or train_full => 1')
+        unless defined $opt{lora} || $opt{train_full};
     my $ctx = defined $opt{context} ? $opt{context} : $opt{ctx};
-    return _forward($inference, $opt{tokens}, $opt{lora}, $ctx, $Lugh::Autograd::GRAD_ENABLED);
+    return _forward($inference, $opt{tokens}, $opt{lora}, $ctx, $Lugh::Autograd::GRAD_ENABLED, $opt{train_lora},
+        $opt{train_full});
+}
+
+sub register_weight_tensors {
+    my ($logits, $weights, @more) = _class_args(@_);
+    Lugh::_croak('Usage: Lugh::Train->register_weight_tensors($logits, \@weights)')
+        if @more || ref $weights ne 'ARRAY';
+    _register_weight_tensors($logits, $weights);
+    return;
 }
 
 sub batch_data {
@@ -178,13 +184,30 @@ ggml has gradients for, and keys and values stay f32 where the inference
 cache keeps f16, so the logits equal the inference logits of each prefix
 to about 1e-3 (f32 weights), not bit for bit.
 
+With C<train_full =E<gt> 1> the model's own weights train too: the pass
+reads the trainable copies that L<Lugh::Model/get_trainable_weights>
+returns (made on first use) in place of the file's, and the backward
+gives each its gradient. C<train_lora> (default 1) trains the adapters
+given; with it off they are applied as they are. One of the two must have
+something to train.
+
 C<context> (alias C<ctx>) is the L<Lugh::Context> the logits are made in;
-without one they get a context of their own, freed with them.
-C<train_lora> (default 1) must stay on; C<train_full> (training the
-model's own weights) is not supported and croaks. Croaks name the
-problem: no trainable adapter, an adapter of another model, a token out
+without one they get a context of their own, freed with them. Croaks name
+the problem: nothing to train, an adapter of another model, a token out
 of range, more tokens than the session's C<n_ctx>, a mixture-of-experts
 model.
+
+=head2 register_weight_tensors
+
+    my $w = $model->get_trainable_weights;
+    my $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, train_full => 1);
+    Lugh::Train->register_weight_tensors($logits, [ @$w{qw(blk.0.attn_q.weight blk.0.attn_v.weight)} ]);
+    Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;   # only those two get gradients
+
+Limits which of the tensors a L</forward> pass trains get gradients from
+its backward pass (the others keep theirs); an empty list gives them to
+all again. Each must be one the pass trains, and C<$logits> must come from
+C<forward> with gradients on; else it croaks.
 
 =head2 cross_entropy_loss
 

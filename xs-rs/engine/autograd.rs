@@ -27,6 +27,9 @@ pub struct Variable {
     /// For the logits of a training forward: the model's pass, which turns
     /// their gradient into the gradients of `inputs` (the trained tensors).
     pass: Option<Mutex<TrainingPass>>,
+    /// Of the pass's trained tensors, those that get gradients (all when
+    /// None): see `register`.
+    registered: Mutex<Option<Vec<bool>>>,
 }
 
 /// The ops of Lugh::Autograd::Ops.
@@ -66,6 +69,7 @@ impl Variable {
             inputs: Vec::new(),
             grad: Mutex::new(None),
             pass: None,
+            registered: Mutex::new(None),
         });
         v.set_requires_grad(requires_grad)?;
         Ok(v)
@@ -92,7 +96,34 @@ impl Variable {
             inputs: if tracked { params } else { Vec::new() },
             grad: Mutex::new(None),
             pass: tracked.then(|| Mutex::new(pass)),
+            registered: Mutex::new(None),
         }))
+    }
+
+    /// Limits the tensors the backward pass of these training logits gives
+    /// gradients to `weights` (each one the pass trains); an empty list
+    /// gives them to all again.
+    pub fn register(&self, weights: &[Arc<Variable>]) -> Result<(), Error> {
+        if self.pass.is_none() {
+            return Err(Error::Argument(
+                "the logits are not from Lugh::Train->forward with gradients on (no_grad was in force, or they are \
+                 another tensor)"
+                    .into(),
+            ));
+        }
+        let mut chosen = vec![weights.is_empty(); self.inputs.len()];
+        for (i, w) in weights.iter().enumerate() {
+            let at = self.inputs.iter().position(|p| Arc::ptr_eq(p, w)).ok_or_else(|| {
+                Error::Argument(format!(
+                    "weight {i} ({}) is not trained by this forward pass (give train_full => 1 for the model's \
+                     weights, or lora => for an adapter's)",
+                    w.value.describe()
+                ))
+            })?;
+            chosen[at] = true;
+        }
+        *self.registered.lock().unwrap_or_else(|p| p.into_inner()) = Some(chosen);
+        Ok(())
     }
 
     pub fn value(&self) -> &Arc<TensorHandle> {
@@ -197,8 +228,11 @@ impl Variable {
             v.accumulate(g);
         }
         for (logits, grads) in through_models {
-            for (param, g) in logits.inputs.iter().zip(grads) {
-                param.accumulate(g);
+            let registered = logits.registered.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for (i, (param, g)) in logits.inputs.iter().zip(grads).enumerate() {
+                if registered.as_ref().is_none_or(|r| r[i]) {
+                    param.accumulate(g);
+                }
             }
         }
         Ok(())
@@ -281,6 +315,7 @@ pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record:
         inputs: if tracked { inputs.to_vec() } else { Vec::new() },
         grad: Mutex::new(None),
         pass: None,
+        registered: Mutex::new(None),
     }))
 }
 

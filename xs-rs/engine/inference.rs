@@ -255,14 +255,15 @@ impl Runner {
     }
 
     /// A training pass over `tokens` with `adapters`, whose gradients are
-    /// taken for `params` (see TrainingPass). It runs on the CPU, on the
-    /// weights in their plain layout: the repacked ones have no gradient
-    /// kernels.
+    /// taken for `params` (see TrainingPass); `replace` swaps weights (by
+    /// name) for trainable copies. It runs on the CPU, on the weights in
+    /// their plain layout: the repacked ones have no gradient kernels.
     pub fn training_pass(
         &self,
         tokens: &[i32],
         adapters: &[(Arc<LoraAdapter>, f32)],
         params: &[Tensor],
+        replace: &std::collections::HashMap<String, Tensor>,
     ) -> Result<TrainingPass> {
         if !self.device.is_cpu() {
             return Err(Error::Backend(format!(
@@ -296,6 +297,7 @@ impl Runner {
                 self.training_weights.get_or_init(|| w).clone()
             }
         };
+        let weights = if replace.is_empty() { weights } else { Arc::new(weights.with_replaced(replace)) };
         let bp = Blueprint {
             spec: self.spec,
             hp: &self.hp,

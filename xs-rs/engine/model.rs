@@ -23,6 +23,9 @@ pub struct Model {
     placed: Mutex<Vec<(Device, Weak<ModelWeights>)>>,
     /// See [`Model::fingerprint`]; computed on first use.
     fingerprint: OnceLock<u64>,
+    /// Trainable copies of the f32 weights (see train::trainable_weights),
+    /// made on first use.
+    pub(crate) trainable: OnceLock<Vec<(String, Arc<super::autograd::Variable>)>>,
     _live: super::live::Live,
 }
 
@@ -88,6 +91,7 @@ impl Model {
                 vocab: OnceLock::new(),
                 placed: Mutex::default(),
                 fingerprint: OnceLock::new(),
+                trainable: OnceLock::new(),
                 _live: super::live::Live::new(),
             });
         }
@@ -116,6 +120,7 @@ impl Model {
             vocab: OnceLock::new(),
             placed: Mutex::default(),
             fingerprint: OnceLock::new(),
+            trainable: OnceLock::new(),
             _live: super::live::Live::new(),
         })
     }

@@ -7,14 +7,52 @@
 //! the graph's own loss is Σ logits·seed, whose gradient with respect to
 //! each parameter is the chain rule's product. Both halves share one
 //! allocation, so the activations the backward half reads are still there.
+use super::autograd::Variable;
 use super::ggml_ops::{GraphCtx, Tensor, GGML_TYPE_F32};
 use super::ggml_runtime::{self as rt, Device, Gallocr};
+use super::gguf::TensorInfo;
 use super::graph::{Blueprint, Segment};
-use super::tensor::lock;
+use super::model::Model;
+use super::tensor::{lock, TensorContext};
 use super::tensor_graph::{with_cpu, DIFFERENTIABLE};
 use super::weights::{Ffn, ModelWeights};
 use super::{Error, Result};
 use std::sync::Arc;
+
+/// The model's trainable weights: f32 copies of its f32 tensors (norms,
+/// biases, and every matrix of an f32 model; not RoPE factors), made on
+/// first use in `ctx` (or a context of their own) and the same tensors for
+/// every later call. The file's mapping is read-only, so training changes
+/// the copies, which training passes with `train_full` use.
+pub fn trainable_weights(model: &Model, ctx: Option<&Arc<TensorContext>>) -> Result<Vec<(String, Arc<Variable>)>> {
+    if let Some(w) = model.trainable.get() {
+        return Ok(w.clone());
+    }
+    let infos: Vec<&TensorInfo> = model
+        .gguf
+        .tensors
+        .iter()
+        .filter(|t| t.ggml_type == GGML_TYPE_F32 as u32 && !t.name.starts_with("rope_") && t.shape.len() <= 2)
+        .collect();
+    let ctx = match ctx {
+        Some(c) => c.clone(),
+        None => {
+            let bytes: u64 = infos.iter().map(|t| t.size + 1024).sum();
+            TensorContext::new(bytes + 4096)?
+        }
+    };
+    let mut weights = Vec::with_capacity(infos.len());
+    for info in infos {
+        let dims: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
+        let v = Variable::leaf(&ctx, 0, &dims, true)?;
+        let mut bytes = vec![0u8; info.size as usize];
+        model.read_tensor_data(info, &mut bytes)?;
+        v.value().set_bytes(&bytes)?;
+        v.value().raw().set_name(&info.name);
+        weights.push((info.name.clone(), v));
+    }
+    Ok(model.trainable.get_or_init(|| weights).clone())
+}
 
 /// One forward pass kept for its backward pass.
 pub struct TrainingPass {

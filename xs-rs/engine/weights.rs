@@ -12,6 +12,7 @@ use super::model::Model;
 use super::rope::ScalingType;
 use super::validate::{self, Role};
 use super::{Error, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The weight tensors by role; `name(il)` gives the GGUF name without suffix.
@@ -207,6 +208,8 @@ pub struct ModelWeights {
     _buffers: Vec<Buffer>,
     _contexts: Vec<Ctx>,
     _model: Arc<Model>,
+    /// For a copy with some tensors replaced: the weights it was made from.
+    _base: Option<Arc<ModelWeights>>,
 }
 
 /// One weight to create: its file entry and where it goes.
@@ -616,11 +619,82 @@ impl ModelWeights {
             _buffers: buffers,
             _contexts: contexts,
             _model: Arc::clone(model),
+            _base: None,
         })
     }
 }
 
 impl ModelWeights {
+    /// These weights with each tensor whose name `replace` has swapped for
+    /// its value there (trainable copies; same shapes), keeping these alive.
+    pub fn with_replaced(self: &Arc<Self>, replace: &HashMap<String, Tensor>) -> ModelWeights {
+        let t = |x: Tensor| replace.get(&x.name()).copied().unwrap_or(x);
+        let o = |x: Option<Tensor>| x.map(t);
+        let ffn = |f: &FfnWeights| FfnWeights {
+            gate: o(f.gate),
+            up: t(f.up),
+            down: t(f.down),
+            up_b: o(f.up_b),
+            down_b: o(f.down_b),
+        };
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| LayerWeights {
+                attn_norm: o(l.attn_norm),
+                attn_norm_b: o(l.attn_norm_b),
+                attn_norm_2: l.attn_norm_2.map(|(w, b)| (t(w), t(b))),
+                attn: AttnWeights {
+                    qkv: match &l.attn.qkv {
+                        QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => QkvWeights::Separate {
+                            wq: t(*wq),
+                            wk: t(*wk),
+                            wv: t(*wv),
+                            bq: o(*bq),
+                            bk: o(*bk),
+                            bv: o(*bv),
+                        },
+                        QkvWeights::Fused { wqkv, bqkv } => QkvWeights::Fused { wqkv: t(*wqkv), bqkv: o(*bqkv) },
+                    },
+                    wo: t(l.attn.wo),
+                    bo: o(l.attn.bo),
+                    q_norm: o(l.attn.q_norm),
+                    k_norm: o(l.attn.k_norm),
+                },
+                attn_post_norm: o(l.attn_post_norm),
+                ffn_norm: o(l.ffn_norm),
+                ffn_norm_b: o(l.ffn_norm_b),
+                ffn: match &l.ffn {
+                    Ffn::Dense(f) => Ffn::Dense(ffn(f)),
+                    Ffn::Moe(m) => Ffn::Moe(MoeWeights {
+                        gate_inp: t(m.gate_inp),
+                        gate_exps: o(m.gate_exps),
+                        up_exps: t(m.up_exps),
+                        down_exps: t(m.down_exps),
+                        shared: m.shared.as_ref().map(|(g, f)| (t(*g), ffn(f))),
+                    }),
+                },
+                ffn_post_norm: o(l.ffn_post_norm),
+            })
+            .collect();
+        ModelWeights {
+            tok_embd: t(self.tok_embd),
+            pos_embd: o(self.pos_embd),
+            output_norm: t(self.output_norm),
+            output_norm_b: o(self.output_norm_b),
+            output: t(self.output),
+            rope_freqs: self.rope_freqs,
+            rope_long: self.rope_long,
+            rope_short: self.rope_short,
+            layers,
+            placement: Vec::new(),
+            _buffers: Vec::new(),
+            _contexts: Vec::new(),
+            _model: self._model.clone(),
+            _base: Some(self.clone()),
+        }
+    }
+
     /// The RoPE factors a session with an `n_ctx` context uses (llama.cpp's
     /// get_rope_factors): `rope_freqs` if any, else the long set past the
     /// original training context and the short one within it.

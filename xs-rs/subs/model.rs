@@ -2,6 +2,7 @@
 use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
 use crate::engine::model_create::RandomModel;
+use crate::engine::train::trainable_weights;
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
@@ -146,6 +147,21 @@ xs_subs! { "Lugh::Model";
         spec.write(&path)?;
         let model = Model::open_with(&path, true, false)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
+    }
+
+    fn _trainable_weights(args) as "Lugh::Model->get_trainable_weights" {
+        args.expect(1, 2, "self, [context]")?;
+        let perl = args.perl();
+        let model = object_arc::<Model>(perl, args.get(0), "Lugh::Model")?;
+        let ctx = if args.len() == 2 && perl.is_defined(args.get(1)) {
+            Some(crate::subs::tensor::context_arg(perl, args.get(1))?)
+        } else {
+            None
+        };
+        let weights = trainable_weights(&model, ctx.as_ref())?;
+        Ok(Ret::List(
+            weights.into_iter().flat_map(|(name, w)| [perl.str(&name), crate::subs::autograd::new_variable(perl, w)]).collect(),
+        ))
     }
 
     fn _check_new(args) as "Lugh::Model->new" {

@@ -6,9 +6,11 @@ use super::tensor::context_arg;
 use crate::engine::autograd::{apply, cross_entropy, Op, Variable};
 use crate::engine::session::Inference;
 use crate::engine::tensor::TensorContext;
+use crate::engine::train::trainable_weights;
 use crate::engine::Error;
 use crate::glue::{object_arc, Perl, Ret, Sv};
 use crate::xs_subs;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The context named by an optional argument, or a new one of `bytes` (so
@@ -43,7 +45,7 @@ xs_subs! { "Lugh::Train";
     }
 
     fn _forward(args) as "Lugh::Train->forward" {
-        args.expect(5, 5, "inference, tokens, lora, context, record")?;
+        args.expect(7, 7, "inference, tokens, lora, context, record, train_lora, train_full")?;
         let perl = args.perl();
         let inference = object_arc::<Inference>(perl, args.get(0), super::inference::CLASS).map_err(|_| {
             Error::Argument(format!("inference must be a Lugh::Inference object, got {}", perl.describe(args.get(0))))
@@ -52,25 +54,49 @@ xs_subs! { "Lugh::Train";
         let tokens = perl.token_array_arg(args.get(1), "tokens", runner.n_vocab())?;
         let adapters = if perl.is_defined(args.get(2)) { lora_arg(perl, args.get(2))? } else { Vec::new() };
         let record = perl.is_true(args.get(4));
-        // the trainable tensors: those of each trainable adapter
+        let (train_lora, train_full) = (perl.is_true(args.get(5)), perl.is_true(args.get(6)));
         let mut params: Vec<Arc<Variable>> = Vec::new();
-        for (adapter, _) in &adapters {
-            let Some(pairs) = adapter.trainable() else { continue };
-            for (_, a, b) in pairs {
-                params.push(a.clone());
-                params.push(b.clone());
+        if train_lora {
+            for (adapter, _) in &adapters {
+                for (_, a, b) in adapter.trainable().unwrap_or_default() {
+                    params.push(a.clone());
+                    params.push(b.clone());
+                }
+            }
+        }
+        let mut replace = HashMap::new();
+        if train_full {
+            for (name, w) in trainable_weights(runner.model(), None)? {
+                replace.insert(name, w.value().raw());
+                params.push(w);
             }
         }
         if params.is_empty() {
             return Err(Error::Argument(
-                "Lugh::Train->forward: nothing to train: give lora => an adapter made by Lugh::LoRA->create".into(),
+                "Lugh::Train->forward: nothing to train: give train_full => 1, or lora => an adapter made by \
+                 Lugh::LoRA->create"
+                    .into(),
             )
             .into());
         }
         let raw: Vec<_> = params.iter().map(|p| p.value().raw()).collect();
-        let pass = runner.training_pass(&tokens, &adapters, &raw)?;
+        let pass = runner.training_pass(&tokens, &adapters, &raw, &replace)?;
         let ctx = context_or_new(perl, args.get(3), 4 * pass.logits().len() + 4096)?;
         let logits = Variable::from_pass(&ctx, pass, params, record)?;
         Ok(Ret::One(new_variable(perl, logits)))
+    }
+
+    fn _register_weight_tensors(args) as "Lugh::Train->register_weight_tensors" {
+        args.expect(2, 2, "logits, weights")?;
+        let perl = args.perl();
+        let logits = variable_arg(perl, args.get(0), "logits")?;
+        let weights = perl
+            .array_arg(args.get(1), "weights")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| variable_arg(perl, w, &format!("weight {i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        logits.register(&weights)?;
+        Ok(Ret::Empty)
     }
 }
