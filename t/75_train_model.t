@@ -4,7 +4,7 @@ use Test::More;
 use File::Temp qw(tempdir);
 use File::Spec;
 use lib 't/lib';
-use LughTest qw(arch_models croaks_like);
+use LughTest qw(arch_models croaks_like require_model);
 use Lugh;
 use Lugh::Autograd;
 use Lugh::Train;
@@ -49,6 +49,39 @@ sub directional_check {
     }
     $params[$_]->set_data(@{ $values[$_] }) for 0 .. $#params;
     return ($norm, ($loss[0] - $loss[1]) / (2 * $h));
+}
+
+# Central differences of the loss for a few elements of each tensor: its
+# two largest gradients and a random one (gradients below the f32 loss's
+# resolution left out). The step is 0.05, or smaller where the gradient is
+# steep (so that the loss moves by about 0.01: curvature spoils a larger
+# one, f32 rounding a smaller). Gives the worst relative error and the count.
+sub elementwise_check {
+    my ($params, $loss_fn) = @_;
+    my ($worst, $checked) = (0, 0);
+    for my $p (@$params) {
+        my @v = $p->get_data;
+        my @g = @{ $p->grad };
+        my @order = sort { abs($g[$b]) <=> abs($g[$a]) } 0 .. $#g;
+        for my $i (@order[ 0, 1 ], int rand @v) {
+            next if abs($g[$i]) < 1e-3;
+            my $h = 0.05 / (abs($g[$i]) > 0.1 ? 10 * abs($g[$i]) : 1);
+            my @up = @v;
+            $up[$i] += $h;
+            $p->set_data(@up);
+            my $loss_up = $loss_fn->();
+            my @down = @v;
+            $down[$i] -= $h;
+            $p->set_data(@down);
+            my $loss_down = $loss_fn->();
+            $p->set_data(@v);
+            my $numeric = ($loss_up - $loss_down) / (2 * $h);
+            my $err = abs($g[$i] - $numeric) / abs($numeric);
+            $worst = $err if $err > $worst;
+            $checked++;
+        }
+    }
+    return ($worst, $checked);
 }
 
 sub randomize {
@@ -144,29 +177,7 @@ subtest 'gradients against central differences (tiny model, f32)' => sub {
     my @targets = map { 4 + (11 * $_) % 50 } 0 .. 9;
     my $logits = Lugh::Train->forward(inference => $inf, tokens => \@in, lora => $lora);
     Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;
-    my ($worst, $checked, $h) = (0, 0, 0.05);
-    for my $p ($lora->trainable_parameters) {
-        my @v = $p->get_data;
-        my @g = @{ $p->grad };
-        # the two largest gradients and a random element of each tensor
-        my @order = sort { abs($g[$b]) <=> abs($g[$a]) } 0 .. $#g;
-        for my $i (@order[ 0, 1 ], int rand @v) {
-            next if abs($g[$i]) < 1e-3;    # below the f32 loss's resolution
-            my @up = @v;
-            $up[$i] += $h;
-            $p->set_data(@up);
-            my $loss_up = loss_of($inf, $lora, \@in, \@targets);
-            my @down = @v;
-            $down[$i] -= $h;
-            $p->set_data(@down);
-            my $loss_down = loss_of($inf, $lora, \@in, \@targets);
-            $p->set_data(@v);
-            my $numeric = ($loss_up - $loss_down) / (2 * $h);
-            my $err = abs($g[$i] - $numeric) / abs($numeric);
-            $worst = $err if $err > $worst;
-            $checked++;
-        }
-    }
+    my ($worst, $checked) = elementwise_check([ $lora->trainable_parameters ], sub { loss_of($inf, $lora, \@in, \@targets) });
     cmp_ok($checked, '>=', 20, "$checked elements checked");
     cmp_ok($worst, '<=', 1e-2, sprintf 'worst relative error %.2e', $worst);
     my ($norm, $numeric) = directional_check($inf, $lora, \@in, \@targets, 1e-2);
@@ -313,6 +324,66 @@ subtest 'train_full: the model\'s own weights' => sub {
     }
     cmp_ok($last, '<', 0.02, sprintf 'full training learns the toy task too (%.3f -> %.4f)', $first, $last);
     $params[$_]->set_data(@{ $values[$_] }) for 0 .. $#params;    # as made, for the tests after
+};
+
+subtest 'SmolLM2: the full model loss against central differences' => sub {
+    my $path = require_model('smollm2-135m-q4_1');
+    # in f32: a quantized model's matmuls quantize their activations too,
+    # which makes the loss a step function at the scale of a difference
+    my $f32 = File::Spec->catfile($dir, 'smollm2-f32.gguf');
+    Lugh::Model->new(model => $path)->save($f32, dequantize => 1);
+    my $model = Lugh::Model->new(model => $f32);
+    is($model->tensor_type_name('blk.0.ffn_down.weight'), 'f32', 'dequantized');
+    my $session = Lugh::Inference->new(model => $model, n_ctx => 32, n_threads => 2, flash_attn => 0);
+    srand 11;
+    my $lora = Lugh::LoRA->create(model => $model, rank => 4, alpha => 8, targets => [qw(attn_q attn_v ffn_down)], seed => 3);
+    randomize($lora, 0.1);
+    my $weights = $model->get_trainable_weights;
+    my @norms = @$weights{qw(blk.0.attn_norm.weight blk.15.ffn_norm.weight blk.29.attn_norm.weight output_norm.weight)};
+    my $tok = Lugh::Tokenizer->new(model => $model);
+    my @ids = $tok->encode('The quick brown fox jumps over the lazy dog.');
+    my @in = @ids[ 0 .. $#ids - 1 ];
+    my @targets = @ids[ 1 .. $#ids ];
+    my $loss_fn = sub {
+        Lugh::Autograd::no_grad {
+            my $l = Lugh::Train->forward(inference => $session, tokens => \@in, lora => $lora, train_full => 1);
+            (Lugh::Train->cross_entropy_loss($l, \@targets)->get_data)[0];
+        };
+    };
+    my @lora_params = ($lora->trainable_parameters)[ 0, 1, -2, -1 ];
+    $_->zero_grad for @lora_params, @norms;
+    my $logits = Lugh::Train->forward(inference => $session, tokens => \@in, lora => $lora, train_full => 1);
+    Lugh::Train->cross_entropy_loss($logits, \@targets)->backward;
+    my ($worst, $checked) = elementwise_check([ @lora_params, @norms ], $loss_fn);
+    cmp_ok($checked, '>=', 16, "$checked elements of LoRA matrices and norm weights checked");
+    cmp_ok($worst, '<=', 1e-2, sprintf 'worst relative error %.2e', $worst);
+};
+
+subtest 'Model->save' => sub {
+    my $model = Lugh::Model->create(path => "$dir/tosave.gguf", seed => 21, n_layer => 1);
+    my $session = Lugh::Inference->new(model => $model, n_ctx => 32, n_threads => 1, flash_attn => 0);
+    $model->save("$dir/copy.gguf");
+    my $copy = Lugh::Model->new(model => "$dir/copy.gguf");
+    is_deeply([ Lugh::Inference->new(model => $copy, n_ctx => 32, n_threads => 1, flash_attn => 0)->forward(tokens => [ 5, 6 ]) ],
+        [ $session->forward(tokens => [ 5, 6 ]) ], 'a saved copy computes the same');
+    my $weights = $model->get_trainable_weights;
+    my $opt = Lugh::Optimizer::SGD->new(lr => 0.5, params => [ values %$weights ]);
+    my $logits = Lugh::Train->forward(inference => $session, tokens => [ 5, 6, 7 ], train_full => 1);
+    Lugh::Train->cross_entropy_loss($logits, [ 6, 7, 8 ])->backward;
+    $opt->step;
+    my @trained = Lugh::Autograd::no_grad {
+        (Lugh::Train->forward(inference => $session, tokens => [ 5, 6, 7 ], train_full => 1)->get_data)[ 512 .. 767 ];
+    };
+    $model->save("$dir/trained.gguf");
+    my $reloaded = Lugh::Model->new(model => "$dir/trained.gguf");
+    my @logits = Lugh::Inference->new(model => $reloaded, n_ctx => 32, n_threads => 1, flash_attn => 0)
+        ->forward(tokens => [ 5, 6, 7 ]);
+    my $worst = 0;
+    for (0 .. 255) { my $d = abs($logits[$_] - $trained[$_]); $worst = $d if $d > $worst }
+    cmp_ok($worst, '<=', 1e-2, sprintf 'the saved model holds the trained weights (worst difference %.5f)', $worst);
+    croaks_like(sub { $model->save("$dir/x.bin") }, qr/must end with \.gguf/, 'a .gguf path');
+    croaks_like(sub { $model->save("$dir/x.gguf", quantize => 1) }, qr/unknown option 'quantize'/, 'options');
+    croaks_like(sub { $model->save("$dir/none/x.gguf") }, qr/cannot write/, 'an unwritable path');
 };
 
 subtest '1,000 training steps keep memory flat' => sub {

@@ -254,6 +254,7 @@ my %CALLS = (
         ('Lugh::Train', $l, [ ($tlora->trainable_parameters)[0] ]);
     },
     'Lugh::Model::get_trainable_weights' => sub { ($model) },
+    'Lugh::Model::save'            => sub { ($model, "$dir/saved-model.gguf", dequantize => 1) },
     (map { my $m = $_; ("Lugh::LoRA::$m" => sub { ($lora) }) } qw(alpha file format n_weights trainable weight_names)),
 
     'Lugh::RoPE::new'              => sub { ('Lugh::RoPE', scaling_type => 'yarn', n_ctx_orig => 64, target_ctx => 256,

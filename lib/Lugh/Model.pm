@@ -60,6 +60,14 @@ sub get_trainable_weights {
     return \%weights;
 }
 
+sub save {
+    my ($self, $path, @opts) = @_;
+    Lugh::_croak('Usage: $model->save($path, dequantize => 0)') unless defined $path && length $path;
+    my %opt = Lugh::_options('Lugh::Model->save', { dequantize => 0 }, @opts);
+    Lugh::_croak("Lugh::Model->save: the path must end with .gguf, got '$path'") unless $path =~ /\.gguf\z/i;
+    return _save($self, $path, $opt{dequantize} ? 1 : 0);
+}
+
 sub mmap_supported { return 1 }
 
 # Hyperparameters and architecture facts: one accessor per row of the XS table.
@@ -156,6 +164,22 @@ a multiple of n_head_kv.
 
 =head1 METHODS
 
+=head2 save
+
+    my $model = Lugh::Model->create(path => '/tmp/lugh-tiny.gguf', seed => 1);
+    $model->save('/tmp/lugh-tiny-copy.gguf');
+    $model->save('/tmp/lugh-tiny-f32.gguf', dequantize => 1);   # every tensor as f32
+
+Writes the model as a GGUF file that Lugh and llama.cpp load: its
+metadata as it is and each tensor as in the file, except that the
+trainable copies of L</get_trainable_weights>, when made, replace
+theirs, so a model trained with C<train_full> keeps its training. With
+C<dequantize =E<gt> 1> every tensor is decoded to f32
+(C<general.file_type> 0): a model whose every weight can train, and
+whose matmuls no longer quantize their activations (what a finite
+difference check needs). The path must end in C<.gguf>; the file is
+written beside it and renamed into place.
+
 =head2 get_trainable_weights
 
     my $model = Lugh::Model->create(path => '/tmp/lugh-tiny.gguf', seed => 1);
@@ -169,7 +193,7 @@ biases of a quantized one; RoPE factors excepted). They are made on the
 first call, in the L<Lugh::Context> given or one of their own, and every
 later call returns the same tensors. The file is mapped read-only, so
 training changes the copies, not the file, and inference keeps using the
-file's weights.
+file's weights until L</save> writes them and the saved file is loaded.
 
 =head2 filename
 

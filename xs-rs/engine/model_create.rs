@@ -1,7 +1,8 @@
 //! Small random llama models (Lugh::Model->create): f32 weights drawn from
 //! a seeded generator and a byte-level SentencePiece vocabulary, written as
 //! GGUF, for training experiments and tests that need no download.
-use super::gguf_writer::{GgufWriter, Value};
+use super::gguf::{Array, Value};
+use super::gguf_writer::GgufWriter;
 use super::sampler::rng_for_call;
 use super::{Error, Result};
 use std::path::Path;
@@ -115,9 +116,9 @@ impl RandomModel {
         w.kv("llama.attention.layer_norm_rms_epsilon", Value::F32(self.norm_eps));
         let (tokens, scores, types) = vocabulary(self.n_vocab);
         w.kv("tokenizer.ggml.model", Value::Str("llama".into()));
-        w.kv("tokenizer.ggml.tokens", Value::Strs(tokens));
-        w.kv("tokenizer.ggml.scores", Value::F32s(scores));
-        w.kv("tokenizer.ggml.token_type", Value::I32s(types));
+        w.kv("tokenizer.ggml.tokens", Value::Array(Array::Str(tokens)));
+        w.kv("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+        w.kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
         w.kv("tokenizer.ggml.unknown_token_id", Value::U32(0));
         w.kv("tokenizer.ggml.bos_token_id", Value::U32(1));
         w.kv("tokenizer.ggml.eos_token_id", Value::U32(2));

@@ -262,3 +262,38 @@ fn compute(cpu: &mut super::ggml_runtime::Backend, g: &GraphCtx) -> std::result:
         Err(Error::Ggml("the training graph failed to compute".into()))
     }
 }
+
+/// Writes `model` to `path` as GGUF: its metadata as it is and each tensor
+/// as in the file, except that the trainable copies (when made) replace
+/// theirs, so a fully trained model can be loaded for generation; with
+/// `dequantize` every tensor is written as f32 (general.file_type 0).
+pub fn save_model(model: &Model, path: &std::path::Path, dequantize: bool) -> Result<()> {
+    let mut w = super::gguf_writer::GgufWriter::new();
+    for (key, value) in &model.gguf.kv {
+        let value = match key.as_str() {
+            "general.file_type" if dequantize => super::gguf::Value::U32(0),
+            _ => value.clone(),
+        };
+        w.kv(key, value);
+    }
+    let trained: std::collections::HashMap<&str, &Arc<Variable>> =
+        model.trainable.get().map(|t| t.iter().map(|(n, v)| (n.as_str(), v)).collect()).unwrap_or_default();
+    for info in &model.gguf.tensors {
+        let bytes = match trained.get(info.name.as_str()) {
+            Some(v) => v.value().bytes()?,
+            None => {
+                let mut bytes = vec![0u8; info.size as usize];
+                model.read_tensor_data(info, &mut bytes)?;
+                bytes
+            }
+        };
+        if dequantize && info.ggml_type != GGML_TYPE_F32 as u32 {
+            let t = super::quant::info(i64::from(info.ggml_type))?;
+            let values = super::quant::dequantize(&t, &bytes)?;
+            w.tensor_f32(&info.name, &info.shape, &values);
+        } else {
+            w.tensor_raw(&info.name, info.ggml_type, &info.shape, bytes);
+        }
+    }
+    w.write(path)
+}

@@ -2,7 +2,7 @@
 use crate::engine::gguf::{Array, Value};
 use crate::engine::model::Model;
 use crate::engine::model_create::RandomModel;
-use crate::engine::train::trainable_weights;
+use crate::engine::train::{save_model, trainable_weights};
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
@@ -162,6 +162,15 @@ xs_subs! { "Lugh::Model";
         Ok(Ret::List(
             weights.into_iter().flat_map(|(name, w)| [perl.str(&name), crate::subs::autograd::new_variable(perl, w)]).collect(),
         ))
+    }
+
+    fn _save(args) as "Lugh::Model->save" {
+        args.expect(3, 3, "self, path, dequantize")?;
+        let perl = args.perl();
+        let model = object_arc::<Model>(perl, args.get(0), "Lugh::Model")?;
+        let path = perl.path_arg(args.get(1), "path")?;
+        save_model(&model, &path, perl.is_true(args.get(2)))?;
+        Ok(Ret::One(perl.bool(true)))
     }
 
     fn _check_new(args) as "Lugh::Model->new" {
