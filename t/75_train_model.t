@@ -214,7 +214,7 @@ subtest 'the logits are the model\'s' => sub {
         'the saved adapter gives the same logits');
     croaks_like(sub { $loaded->trainable_parameters }, qr/only available for trainable LoRA/,
         'trainable_parameters of a loaded adapter');
-    croaks_like(sub { $loaded->get_weight_tensor('blk.0.attn_q.weight', 'a') }, qr/only available on trainable/,
+    croaks_like(sub { $loaded->get_weight_tensor('blk.0.attn_q.weight', 'a') }, qr/only available for trainable/,
         'get_weight_tensor of a loaded adapter');
     croaks_like(sub { $loaded->save("$dir/again.gguf") }, qr/only adapters made by Lugh::LoRA->create/,
         'a loaded adapter is not saved again');

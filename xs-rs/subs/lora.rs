@@ -1,7 +1,7 @@
 //! XS subs of Lugh::LoRA: a LoRA adapter loaded for a model, and the
 //! `lora =>` argument of the forward, generate and scoring calls.
 use super::autograd::new_variable;
-use crate::engine::lora::{AdapterUses, LoraAdapter, LoraSpec};
+use crate::engine::lora::{AdapterUses, LoraAdapter, LoraSpec, TrainablePair};
 use crate::engine::model::Model;
 use crate::engine::Error;
 use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
@@ -22,6 +22,14 @@ const ACCESSORS: &[Accessor<LoraAdapter>] = &[
     Accessor { name: "file", read: |a, perl| Ok(perl.str(&a.path.to_string_lossy())) },
     Accessor { name: "trainable", read: |a, perl| Ok(perl.bool(a.trainable().is_some())) },
 ];
+
+/// The matrices of an adapter made by create (`what` names the method a
+/// loaded adapter lacks).
+fn trainable_pairs<'a>(a: &'a LoraAdapter, what: &str) -> Result<&'a [TrainablePair], Error> {
+    a.trainable().ok_or_else(|| {
+        Error::Argument(format!("{what} only available for trainable LoRA adapters (made by Lugh::LoRA->create)"))
+    })
+}
 
 /// One adapter: a Lugh::LoRA object (at its own scale) or [$lora, $scale].
 fn adapter_use(perl: Perl, sv: Sv, what: &str) -> Result<(Arc<LoraAdapter>, f32), Error> {
@@ -99,9 +107,7 @@ xs_subs! { "Lugh::LoRA";
         args.expect(3, 3, "self, name, 'a' or 'b'")?;
         let perl = args.perl();
         let a = this(args)?;
-        let pairs = a.trainable().ok_or_else(|| {
-            Error::Argument("get_weight_tensor only available on trainable LoRA adapters (made by Lugh::LoRA->create)".into())
-        })?;
+        let pairs = trainable_pairs(&a, "get_weight_tensor")?;
         let name = perl.string_arg(args.get(1), "name")?;
         let which = perl.string_arg(args.get(2), "type")?;
         let (_, ta, tb) = pairs
@@ -120,9 +126,7 @@ xs_subs! { "Lugh::LoRA";
         args.expect(1, 1, "self")?;
         let perl = args.perl();
         let a = this(args)?;
-        let pairs = a.trainable().ok_or_else(|| {
-            Error::Argument("trainable_parameters() only available for trainable LoRA adapters (created with create())".into())
-        })?;
+        let pairs = trainable_pairs(&a, "trainable_parameters()")?;
         Ok(Ret::List(pairs.iter().flat_map(|(_, ta, tb)| [new_variable(perl, ta.clone()), new_variable(perl, tb.clone())]).collect()))
     }
 
