@@ -458,9 +458,9 @@ subtest 'forward: arguments and errors' => sub {
     ok($after, 'the session still trains after the errors');
 };
 
-subtest 'every architecture: gradients along their direction (f32 weights)' => sub {
+subtest 'every architecture: gradients along their direction (f32 weights; mixture-of-experts too)' => sub {
     my @cases = qw(falcon gemma gemma2 gemma3 gpt2 granite llama-fused-qkv-bias llama3-rope-freqs olmo2-swa phi3
-        qwen2 qwen3 stablelm2-12b starcoder2 mixtral);
+        qwen2 qwen3 stablelm2-12b starcoder2 mixtral qwen2moe qwen3moe);
     my $models = arch_models(File::Spec->catdir($dir, 'arch'), 1,
         map {qq({"name":"$_-f32","base":"$_","f32":true})} @cases);
     plan skip_all => $models unless ref $models;
@@ -474,12 +474,9 @@ subtest 'every architecture: gradients along their direction (f32 weights)' => s
         my $nv = $model->n_vocab;
         my @in      = map { (7 + 31 * $_) % $nv } 0 .. 7;
         my @targets_ = map { (11 + 17 * $_) % $nv } 0 .. 7;
-        if ($name =~ /^mixtral/) {
-            croaks_like(sub { Lugh::Train->forward(inference => $session, tokens => \@in, lora => $lora) },
-                qr/no gradient for its mixture-of-experts layers/, "$name: mixture-of-experts refused");
-            next;
-        }
-        my ($norm, $numeric) = directional_check($session, $lora, \@in, \@targets_, 1e-2);
+        # a small step: a larger one may cross a router's choice (a real
+        # jump of the loss, in inference too)
+        my ($norm, $numeric) = directional_check($session, $lora, \@in, \@targets_, 1e-3);
         cmp_ok(abs($numeric - $norm) / $norm, '<=', 1e-2,
             sprintf '%s (%s): |g| %.6f, numeric %.6f', $name, $model->architecture, $norm, $numeric);
     }

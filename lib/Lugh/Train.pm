@@ -140,8 +140,7 @@ of a model with a C<forward> method.
 
 L</forward> trains a LoRA adapter on a language model: it runs the
 model's own forward graph (the one inference builds, for every
-architecture Lugh runs except mixture-of-experts ones) in a form ggml can
-differentiate, and the loss's backward goes on through it to the adapter,
+architecture Lugh runs) in a form ggml can differentiate, and the loss's backward goes on through it to the adapter,
 so the gradients are exact.
 
 =head1 METHODS
@@ -180,9 +179,16 @@ The pass runs on the CPU, with the session's thread count, on the weights
 in their plain layout (a second mapping of the file, not a copy), and
 holds its activations until the logits are freed. It is the inference
 graph with these differences: tanh, GELU and layer norm are built from ops
-ggml has gradients for, and keys and values stay f32 where the inference
-cache keeps f16, so the logits equal the inference logits of each prefix
-to about 1e-3 (f32 weights), not bit for bit.
+ggml has gradients for; a mixture-of-experts layer runs every expert over
+every token, weighted by its routing weight where the router chose it and
+by 0 elsewhere (the same function, at n_expert/n_expert_used times the
+work); and keys and values stay f32 where the inference cache keeps f16.
+So the logits equal the inference logits of each prefix to about 1e-3
+(f32 weights), not bit for bit. Quantized weights stay quantized: their
+gradients (of the weights' dequantized values) are exact, but the
+forward's matmuls quantize their activations, so a finite-difference check
+wants a model saved with C<dequantize =E<gt> 1> (L<Lugh::Model/save>),
+which also trains about three times faster.
 
 With C<train_full =E<gt> 1> the model's own weights train too: the pass
 reads the trainable copies that L<Lugh::Model/get_trainable_weights>
@@ -194,8 +200,7 @@ something to train.
 C<context> (alias C<ctx>) is the L<Lugh::Context> the logits are made in;
 without one they get a context of their own, freed with them. Croaks name
 the problem: nothing to train, an adapter of another model, a token out
-of range, more tokens than the session's C<n_ctx>, a mixture-of-experts
-model.
+of range, more tokens than the session's C<n_ctx>.
 
 =head2 register_weight_tensors
 

@@ -157,6 +157,7 @@ extern "C" {
     fn ggml_get_mem_buffer(ctx: *const ggml_context) -> *mut std::ffi::c_void;
     fn ggml_sub(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_relu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_step(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_exp(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_sqr(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_sqrt(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -718,6 +719,11 @@ impl Ctx {
     pub fn sub(&self, a: Tensor, b: Tensor) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_sub(self.c(), a.0, b.0) })
+    }
+    /// 1 where a > 0, else 0 (its gradient, 0, ggml leaves out).
+    pub fn step(&self, a: Tensor) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_step(self.c(), a.0) })
     }
     pub fn relu(&self, a: Tensor) -> Tensor {
         // SAFETY: see the note above.

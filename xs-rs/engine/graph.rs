@@ -582,6 +582,9 @@ impl Builder<'_, '_> {
     /// (renormalised to sum 1 where the row says so) and summed, plus the
     /// sigmoid-gated shared expert if any.
     fn moe_ffn(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+        if self.bp.differentiable {
+            return self.moe_ffn_dense(x, w, il);
+        }
         let (g, hp) = (self.g, self.bp.hp);
         // the rows of x: in the last layer only the output rows
         let n = x.ne()[1];
@@ -634,6 +637,70 @@ impl Builder<'_, '_> {
             let shared_out = g.mul(self.ffn(x, shared, il), gate);
             out = g.add(out, shared_out);
         }
+        out
+    }
+}
+
+impl Builder<'_, '_> {
+    /// The mixture of experts in a form ggml differentiates (MUL_MAT_ID
+    /// and the weights' row lookup have no gradient there): every expert
+    /// over every token, weighted by its routing weight where it is among
+    /// the token's n_expert_used most probable and by 0 elsewhere. The same
+    /// function as moe_ffn (but for ties at the cut), at n_expert/n_used
+    /// times the work.
+    fn moe_ffn_dense(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+        let (g, hp) = (self.g, self.bp.hp);
+        let n = x.ne()[1];
+        let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
+        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        let probs = g.soft_max(logits);
+        // an expert is chosen where fewer than n_used others are more
+        // probable: count them by comparing every pair (STEP has no
+        // gradient, so the choice is a constant of the backward pass)
+        let rows = g.reshape_3d(probs, n_expert, 1, n);
+        let cols = g.reshape_3d(probs, 1, n_expert, n);
+        let pairs = g.new_tensor(probs.type_id(), &[n_expert, n_expert, n]);
+        let more_probable = g.step(g.sub(g.repeat(rows, pairs), g.repeat(cols, pairs))); // [j, e, n]: p_j > p_e
+        let ahead = g.reshape_2d(g.sum_rows(more_probable), n_expert, n);
+        let chosen = g.step(g.scale_bias(ahead, -1.0, n_used as f32 - 0.5));
+        let mut weights = g.mul(probs, chosen);
+        let renormalize = match self.bp.spec.experts {
+            Experts::Always { renormalize, .. } => renormalize,
+            _ => true,
+        };
+        if renormalize {
+            weights = g.div(weights, g.repeat(g.sum_rows(weights), weights));
+        }
+        let expert = |t: Tensor, e: i64| {
+            let ne = t.ne();
+            g.view_2d(t, [ne[0], ne[1]], t.nb()[1], e as usize * t.nb()[2])
+        };
+        let mut out: Option<Tensor> = None;
+        for e in 0..n_expert {
+            let up = g.mul_mat(expert(w.up_exps, e), x);
+            let act = match (w.gate_exps, self.bp.spec.act) {
+                (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat(expert(gate, e), x), up),
+                (Some(gate), Activation::GeGlu | Activation::Gelu) => {
+                    g.mul(self.gelu(g.mul_mat(expert(gate, e), x)), up)
+                }
+                (None, _) => g.silu(up),
+            };
+            let y = g.mul_mat(expert(w.down_exps, e), act); // [n_embd, n]
+            let weight = g.view_2d(weights, [1, n], weights.nb()[1], e as usize * 4);
+            let y = g.mul(y, g.repeat(weight, y));
+            out = Some(match out {
+                None => y,
+                Some(acc) => g.add(acc, y),
+            });
+        }
+        let mut out = out.expect("at least one expert");
+        if let Some((gate_inp, shared)) = &w.shared {
+            let gate_logit = self.mm(*gate_inp, x); // [1, n]
+            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
+            let shared_out = g.mul(self.ffn(x, shared, il), g.repeat(gate, out));
+            out = g.add(out, shared_out);
+        }
+        name(out, "ffn_moe_out", Some(il));
         out
     }
 }

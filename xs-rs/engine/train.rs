@@ -8,14 +8,14 @@
 //! each parameter is the chain rule's product. Both halves share one
 //! allocation, so the activations the backward half reads are still there.
 use super::autograd::Variable;
-use super::ggml_ops::{GraphCtx, Tensor, GGML_TYPE_F32};
+use super::ggml_ops::{GraphCtx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Device, Gallocr};
 use super::gguf::TensorInfo;
 use super::graph::{Blueprint, Segment};
 use super::model::Model;
 use super::tensor::{lock, TensorContext};
 use super::tensor_graph::{with_cpu, DIFFERENTIABLE};
-use super::weights::{Ffn, ModelWeights};
+use super::weights::ModelWeights;
 use super::{Error, Result};
 use std::sync::Arc;
 
@@ -89,12 +89,6 @@ impl TrainingPass {
         params: &[Tensor],
         n_threads: usize,
     ) -> Result<TrainingPass> {
-        if bp.weights.layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_))) {
-            return Err(Error::Argument(format!(
-                "training a {} model is not supported: ggml has no gradient for its mixture-of-experts layers",
-                bp.spec.name
-            )));
-        }
         if params.is_empty() {
             return Err(Error::Argument("nothing to train: no trainable tensor was given".into()));
         }
@@ -232,6 +226,11 @@ fn undifferentiable(nodes: &[Tensor], params: &[Tensor]) -> Option<String> {
     let mut depends: std::collections::HashSet<usize> = params.iter().map(|p| p.0 as usize).collect();
     for node in nodes {
         let srcs = node.srcs();
+        // ggml leaves out integer results and STEP's gradient (0): nothing
+        // flows back through them
+        if node.type_id() == GGML_TYPE_I32 || node.op_desc() == "STEP" {
+            continue;
+        }
         if srcs.iter().any(|s| depends.contains(&(s.0 as usize))) {
             let op = node.op_desc();
             if !DIFFERENTIABLE.contains(&op.as_str()) {
