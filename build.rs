@@ -2,6 +2,8 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
+//!   Two of its x86 dot-product kernels are Lugh's own, bit-identical and
+//!   faster (xs-rs/kernels/x86_vec_dot.c);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
 use std::env;
@@ -158,6 +160,9 @@ fn build_ggml(g: &Path, out: &Path) {
     for f in arch_files(&arch, "c") {
         cpu_c.file(src(f));
     }
+    if arch == "x86_64" {
+        cpu_c.files(x86_kernels(g, out));
+    }
     cpu_c.compile("ggml_cpu_c");
 
     let mut base_cxx = setup(true, false);
@@ -196,6 +201,24 @@ fn build_ggml(g: &Path, out: &Path) {
     for lib in ["pthread", "m", "dl"] {
         println!("cargo:rustc-link-lib={lib}");
     }
+}
+
+/// Lugh's Q4_1 and Q8_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c)
+/// take the place of ggml's in its type-traits table: ggml's x86 quants.c is
+/// compiled through a wrapper that renames its two functions, which Lugh's
+/// call where the processor lacks what its own need. Returns the wrapper and
+/// the kernels' file, to compile with the CPU backend's flags.
+fn x86_kernels(g: &Path, out: &Path) -> [PathBuf; 2] {
+    let kernels = PathBuf::from("xs-rs/kernels/x86_vec_dot.c");
+    println!("cargo:rerun-if-changed={}", kernels.display());
+    let wrapper = out.join("ggml-x86-quants-renamed.c");
+    let mut text = String::new();
+    for name in ["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0"] {
+        text.push_str(&format!("#define {name} lugh_{name}\n"));
+    }
+    text.push_str(&format!("#include \"{}\"\n", g.join("src/ggml-cpu/arch/x86/quants.c").display()));
+    std::fs::write(&wrapper, text).unwrap();
+    [wrapper, kernels]
 }
 
 /// The compiler switches that choose ggml's CPU kernels.
@@ -330,7 +353,7 @@ fn env_flag(name: &str) -> bool {
 /// The architecture-specific kernels of the CPU backend.
 fn arch_files(arch: &str, ext: &str) -> Vec<&'static str> {
     match (arch, ext) {
-        ("x86_64", "c") => vec!["ggml-cpu/arch/x86/quants.c"],
+        ("x86_64", "c") => vec![],
         ("x86_64", "cpp") => vec!["ggml-cpu/arch/x86/repack.cpp"],
         ("aarch64", "c") => vec!["ggml-cpu/arch/arm/quants.c"],
         ("aarch64", "cpp") => vec!["ggml-cpu/arch/arm/repack.cpp"],

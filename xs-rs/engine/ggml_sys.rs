@@ -266,3 +266,131 @@ pub fn is_quantized(type_id: u32) -> bool {
     // SAFETY: a known type id below GGML_TYPE_COUNT.
     type_traits(type_id).is_some() && unsafe { ggml_is_quantized(type_id as c_int) }
 }
+
+/// Lugh's x86 Q4_1 and Q8_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c,
+/// reached through ggml's type-traits table) against ggml's own, which build.rs
+/// keeps under the names `lugh_ggml_vec_dot_*`: every row length remainder,
+/// unaligned rows, quantized random rows and raw random blocks with extreme
+/// values must give the same bits.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod x86_kernel_tests {
+    use super::*;
+    use crate::engine::sampler::Rng;
+
+    type VecDot = unsafe extern "C" fn(c_int, *mut f32, usize, *const c_void, usize, *const c_void, usize, c_int);
+    type FromFloat = unsafe extern "C" fn(*const f32, *mut c_void, i64);
+
+    extern "C" {
+        fn ggml_cpu_init();
+        fn lugh_ggml_vec_dot_q4_1_q8_1(
+            n: c_int,
+            s: *mut f32,
+            bs: usize,
+            vx: *const c_void,
+            bx: usize,
+            vy: *const c_void,
+            by: usize,
+            nrc: c_int,
+        );
+        fn lugh_ggml_vec_dot_q8_0_q8_0(
+            n: c_int,
+            s: *mut f32,
+            bs: usize,
+            vx: *const c_void,
+            bx: usize,
+            vy: *const c_void,
+            by: usize,
+            nrc: c_int,
+        );
+    }
+
+    const GGML_TYPE_Q4_1: u32 = 3;
+    const GGML_TYPE_Q8_0: u32 = 8;
+
+    /// Random blocks of `type_id`: quantized from random floats, or (raw)
+    /// random bytes with every fp16 scale replaced by a finite random one.
+    fn random_row(rng: &mut Rng, type_id: u32, n: usize, raw: bool) -> Vec<u8> {
+        let traits = type_traits(type_id).unwrap();
+        let bytes = n / traits.block_size as usize * traits.type_size as usize;
+        if !raw {
+            let values: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect();
+            let mut row = vec![0u8; bytes];
+            quantize_rows(type_id, &values, n, &mut row);
+            return row;
+        }
+        let mut row: Vec<u8> = (0..bytes).map(|_| rng.next_u64() as u8).collect();
+        let scale_words = if type_id == GGML_TYPE_Q8_0 { 1 } else { 2 };
+        for block in row.chunks_mut(traits.type_size as usize) {
+            for word in 0..scale_words {
+                // exponent 1..29: finite, normal, up to about 2^14
+                let half = (rng.next_u64() as u16 & 0x83ff) | (((rng.next_u64() % 29) as u16 + 1) << 10);
+                block[2 * word..2 * word + 2].copy_from_slice(&half.to_le_bytes());
+            }
+        }
+        row
+    }
+
+    /// The activations side: quantized by the type's own from_float.
+    fn activations(rng: &mut Rng, dot_type: c_int, n: usize, raw: bool) -> Vec<u8> {
+        let traits = type_traits(dot_type as u32).unwrap();
+        if raw {
+            return random_row(rng, dot_type as u32, n, true);
+        }
+        let values: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect();
+        let mut row = vec![0u8; n / traits.block_size as usize * traits.type_size as usize];
+        // SAFETY: the CPU traits of a known type; from_float writes the n values' blocks into row.
+        unsafe {
+            let from_float: FromFloat = std::mem::transmute((*ggml_get_type_traits_cpu(dot_type)).from_float);
+            from_float(values.as_ptr(), row.as_mut_ptr().cast(), n as i64);
+        }
+        row
+    }
+
+    fn check(type_id: u32, ggml_kernel: VecDot) {
+        // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
+        unsafe { ggml_cpu_init() };
+        // SAFETY: the CPU traits of a known type.
+        let traits = unsafe { &*ggml_get_type_traits_cpu(type_id as c_int) };
+        // SAFETY: vec_dot is the kernel ggml's table holds for this type (Lugh's).
+        let lugh_kernel: VecDot = unsafe { std::mem::transmute(traits.vec_dot) };
+        let mut rng = Rng::new(20261126 + type_id as u64);
+        let mut compared = 0;
+        for blocks in (1..=23).chain([36, 48, 96]) {
+            let n = blocks * 32;
+            for raw in [false, true] {
+                for offset in [0usize, 1, 7] {
+                    let row = random_row(&mut rng, type_id, n, raw);
+                    let act = activations(&mut rng, traits.vec_dot_type, n, raw);
+                    let mut x = vec![0u8; offset];
+                    x.extend_from_slice(&row);
+                    let mut y = vec![0u8; offset];
+                    y.extend_from_slice(&act);
+                    let (mut ours, mut theirs) = (f32::NAN, f32::NAN);
+                    // SAFETY: x and y hold n values of the kernel's two types, from `offset`.
+                    unsafe {
+                        let (xp, yp) = (x.as_ptr().add(offset).cast(), y.as_ptr().add(offset).cast());
+                        lugh_kernel(n as c_int, &mut ours, 0, xp, 0, yp, 0, 1);
+                        ggml_kernel(n as c_int, &mut theirs, 0, xp, 0, yp, 0, 1);
+                    }
+                    assert_eq!(
+                        ours.to_bits(),
+                        theirs.to_bits(),
+                        "type {type_id}, {blocks} blocks, raw {raw}, offset {offset}: {ours} vs ggml's {theirs}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 26 * 6);
+    }
+
+    #[test]
+    fn q4_1_kernel_is_ggmls_bit_for_bit() {
+        check(GGML_TYPE_Q4_1, lugh_ggml_vec_dot_q4_1_q8_1);
+    }
+
+    #[test]
+    fn q8_0_kernel_is_ggmls_bit_for_bit() {
+        check(GGML_TYPE_Q8_0, lugh_ggml_vec_dot_q8_0_q8_0);
+    }
+}
