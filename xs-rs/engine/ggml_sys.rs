@@ -271,7 +271,7 @@ pub fn is_quantized(type_id: u32) -> bool {
 /// reached through ggml's type-traits table) against ggml's own, which build.rs
 /// keeps under the names `lugh_ggml_vec_dot_*`: every row length remainder,
 /// unaligned rows, quantized random rows and raw random blocks with extreme
-/// values must give the same bits.
+/// values must give the same bits, and no kernel reads past a row's end.
 #[cfg(all(test, target_arch = "x86_64"))]
 mod x86_kernel_tests {
     use super::*;
@@ -281,6 +281,7 @@ mod x86_kernel_tests {
     type FromFloat = unsafe extern "C" fn(*const f32, *mut c_void, i64);
 
     extern "C" {
+        fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
         fn ggml_cpu_init();
         fn lugh_ggml_vec_dot_q4_1_q8_1(
             n: c_int,
@@ -346,6 +347,20 @@ mod x86_kernel_tests {
         row
     }
 
+    const PAGE: usize = 4096;
+
+    /// `bytes` placed so that they end where an inaccessible page begins: a
+    /// kernel that reads past the row's end faults.
+    fn at_page_end(bytes: &[u8]) -> (memmap2::MmapMut, usize) {
+        assert!(bytes.len() <= PAGE);
+        let mut map = memmap2::MmapMut::map_anon(2 * PAGE).unwrap();
+        let start = PAGE - bytes.len();
+        map[start..PAGE].copy_from_slice(bytes);
+        // SAFETY: the second page of a mapping this function owns; nothing refers to it.
+        assert_eq!(unsafe { mprotect(map.as_mut_ptr().add(PAGE).cast(), PAGE, 0) }, 0, "mprotect");
+        (map, start)
+    }
+
     fn check(type_id: u32, ggml_kernel: VecDot) {
         // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
         unsafe { ggml_cpu_init() };
@@ -379,6 +394,17 @@ mod x86_kernel_tests {
                     );
                     compared += 1;
                 }
+                let row = random_row(&mut rng, type_id, n, raw);
+                let act = activations(&mut rng, traits.vec_dot_type, n, raw);
+                let ((x, x_start), (y, y_start)) = (at_page_end(&row), at_page_end(&act));
+                let (mut ours, mut theirs) = (f32::NAN, f32::NAN);
+                // SAFETY: each row ends at its map's guard page.
+                unsafe {
+                    let (xp, yp) = (x.as_ptr().add(x_start).cast(), y.as_ptr().add(y_start).cast());
+                    lugh_kernel(n as c_int, &mut ours, 0, xp, 0, yp, 0, 1);
+                    ggml_kernel(n as c_int, &mut theirs, 0, xp, 0, yp, 0, 1);
+                }
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "type {type_id}, {blocks} blocks at a page's end");
             }
         }
         assert_eq!(compared, 26 * 6);
