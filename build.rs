@@ -2,7 +2,7 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
-//!   Two of its x86 dot-product kernels are Lugh's own, bit-identical and
+//!   Three of its x86 dot-product kernels are Lugh's own, bit-identical and
 //!   faster (xs-rs/kernels/x86_vec_dot.c);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
@@ -203,9 +203,9 @@ fn build_ggml(g: &Path, out: &Path) {
     }
 }
 
-/// Lugh's Q4_1 and Q8_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c)
+/// Lugh's Q4_1, Q8_0 and Q5_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c)
 /// take the place of ggml's in its type-traits table: ggml's x86 quants.c is
-/// compiled through a wrapper that renames its two functions, which Lugh's
+/// compiled through a wrapper that renames those functions, which Lugh's
 /// call where the processor lacks what its own need. Returns the wrapper and
 /// the kernels' file, to compile with the CPU backend's flags.
 fn x86_kernels(g: &Path, out: &Path) -> [PathBuf; 2] {
@@ -213,7 +213,7 @@ fn x86_kernels(g: &Path, out: &Path) -> [PathBuf; 2] {
     println!("cargo:rerun-if-changed={}", kernels.display());
     let wrapper = out.join("ggml-x86-quants-renamed.c");
     let mut text = String::new();
-    for name in ["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0"] {
+    for name in ["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0", "ggml_vec_dot_q5_0_q8_0"] {
         text.push_str(&format!("#define {name} lugh_{name}\n"));
     }
     text.push_str(&format!("#include \"{}\"\n", g.join("src/ggml-cpu/arch/x86/quants.c").display()));

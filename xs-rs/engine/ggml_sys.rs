@@ -267,7 +267,7 @@ pub fn is_quantized(type_id: u32) -> bool {
     type_traits(type_id).is_some() && unsafe { ggml_is_quantized(type_id as c_int) }
 }
 
-/// Lugh's x86 Q4_1 and Q8_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c,
+/// Lugh's x86 Q4_1, Q8_0 and Q5_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c,
 /// reached through ggml's type-traits table) against ggml's own, which build.rs
 /// keeps under the names `lugh_ggml_vec_dot_*`: every row length remainder,
 /// unaligned rows, quantized random rows and raw random blocks with extreme
@@ -293,6 +293,16 @@ mod x86_kernel_tests {
             by: usize,
             nrc: c_int,
         );
+        fn lugh_ggml_vec_dot_q5_0_q8_0(
+            n: c_int,
+            s: *mut f32,
+            bs: usize,
+            vx: *const c_void,
+            bx: usize,
+            vy: *const c_void,
+            by: usize,
+            nrc: c_int,
+        );
         fn lugh_ggml_vec_dot_q8_0_q8_0(
             n: c_int,
             s: *mut f32,
@@ -306,7 +316,9 @@ mod x86_kernel_tests {
     }
 
     const GGML_TYPE_Q4_1: u32 = 3;
+    const GGML_TYPE_Q5_0: u32 = 6;
     const GGML_TYPE_Q8_0: u32 = 8;
+    const GGML_TYPE_Q8_1: u32 = 9;
 
     /// Random blocks of `type_id`: quantized from random floats, or (raw)
     /// random bytes with every fp16 scale replaced by a finite random one.
@@ -320,7 +332,8 @@ mod x86_kernel_tests {
             return row;
         }
         let mut row: Vec<u8> = (0..bytes).map(|_| rng.next_u64() as u8).collect();
-        let scale_words = if type_id == GGML_TYPE_Q8_0 { 1 } else { 2 };
+        // d and m (Q4_1) or d and s (Q8_1); the others have d alone
+        let scale_words = if matches!(type_id, GGML_TYPE_Q4_1 | GGML_TYPE_Q8_1) { 2 } else { 1 };
         for block in row.chunks_mut(traits.type_size as usize) {
             for word in 0..scale_words {
                 // exponent 1..29: finite, normal, up to about 2^14
@@ -413,6 +426,11 @@ mod x86_kernel_tests {
     #[test]
     fn q4_1_kernel_is_ggmls_bit_for_bit() {
         check(GGML_TYPE_Q4_1, lugh_ggml_vec_dot_q4_1_q8_1);
+    }
+
+    #[test]
+    fn q5_0_kernel_is_ggmls_bit_for_bit() {
+        check(GGML_TYPE_Q5_0, lugh_ggml_vec_dot_q5_0_q8_0);
     }
 
     #[test]
