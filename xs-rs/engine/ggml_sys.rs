@@ -283,37 +283,17 @@ mod x86_kernel_tests {
     extern "C" {
         fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
         fn ggml_cpu_init();
-        fn lugh_ggml_vec_dot_q4_1_q8_1(
-            n: c_int,
-            s: *mut f32,
-            bs: usize,
-            vx: *const c_void,
-            bx: usize,
-            vy: *const c_void,
-            by: usize,
-            nrc: c_int,
-        );
-        fn lugh_ggml_vec_dot_q5_0_q8_0(
-            n: c_int,
-            s: *mut f32,
-            bs: usize,
-            vx: *const c_void,
-            bx: usize,
-            vy: *const c_void,
-            by: usize,
-            nrc: c_int,
-        );
-        fn lugh_ggml_vec_dot_q8_0_q8_0(
-            n: c_int,
-            s: *mut f32,
-            bs: usize,
-            vx: *const c_void,
-            bx: usize,
-            vy: *const c_void,
-            by: usize,
-            nrc: c_int,
-        );
     }
+
+    /// ggml's kernels, under the names build.rs gives them.
+    macro_rules! ggml_kernels {
+        ($($name:ident),*) => {
+            extern "C" {
+                $(fn $name(n: c_int, s: *mut f32, bs: usize, x: *const c_void, bx: usize, y: *const c_void, by: usize, nrc: c_int);)*
+            }
+        };
+    }
+    ggml_kernels!(lugh_ggml_vec_dot_q4_1_q8_1, lugh_ggml_vec_dot_q5_0_q8_0, lugh_ggml_vec_dot_q8_0_q8_0);
 
     const GGML_TYPE_Q4_1: u32 = 3;
     const GGML_TYPE_Q5_0: u32 = 6;
