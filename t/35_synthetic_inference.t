@@ -270,7 +270,8 @@ subtest 'profile' => sub {
     is_deeply([ sort grep { $_ ne 'steps' } keys %$empty ], [ sort qw(build allocate inputs compute read sample callback) ],
         'every phase');
     $session->forward([ 1, 2, 3 ]);
-    $session->generate([ 1, 2 ], max_tokens => 3, eos_token => $session->n_vocab - 1, callback => sub {0});
+    # greedy: a sampled token could be the end token and stop early
+    $session->generate([ 1, 2 ], max_tokens => 3, greedy => 1, eos_token => $session->n_vocab - 1, callback => sub {0});
     my $p = $session->profile(reset => 1);
     is($p->{steps}, 1 + 3, 'one step per forward and per generated token but the last, plus the prompt');
     is($p->{compute}{count}, $p->{steps}, 'compute once a step');

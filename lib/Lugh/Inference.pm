@@ -522,7 +522,7 @@ C<PERL_SIGNALS=unsafe> signals wait until the call returns.)
 
 =head2 last_stats
 
-    $inference->generate([504, 3575, 282, 4649, 314], max_tokens => 3);
+    $inference->generate([504, 3575, 282, 4649, 314], max_tokens => 3, greedy => 1);
     my $s = $inference->last_stats;
     print "$s->{stop_reason}\n";                   # max_tokens
     printf "%d tokens at %.1f tokens/s\n", $s->{n_generated}, $s->{tokens_per_second};
