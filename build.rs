@@ -353,6 +353,7 @@ fn env_flag(name: &str) -> bool {
 /// The architecture-specific kernels of the CPU backend.
 fn arch_files(arch: &str, ext: &str) -> Vec<&'static str> {
     match (arch, ext) {
+        // quants.c is compiled through x86_kernels' renaming wrapper
         ("x86_64", "c") => vec![],
         ("x86_64", "cpp") => vec!["ggml-cpu/arch/x86/repack.cpp"],
         ("aarch64", "c") => vec!["ggml-cpu/arch/arm/quants.c"],

@@ -304,7 +304,7 @@ mod x86_kernel_tests {
     /// random bytes with every fp16 scale replaced by a finite random one.
     fn random_row(rng: &mut Rng, type_id: u32, n: usize, raw: bool) -> Vec<u8> {
         let traits = type_traits(type_id).unwrap();
-        let bytes = n / traits.block_size as usize * traits.type_size as usize;
+        let bytes = row_bytes(type_id, n as u64);
         if !raw {
             let values: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect();
             let mut row = vec![0u8; bytes];
@@ -326,12 +326,11 @@ mod x86_kernel_tests {
 
     /// The activations side: quantized by the type's own from_float.
     fn activations(rng: &mut Rng, dot_type: c_int, n: usize, raw: bool) -> Vec<u8> {
-        let traits = type_traits(dot_type as u32).unwrap();
         if raw {
             return random_row(rng, dot_type as u32, n, true);
         }
         let values: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect();
-        let mut row = vec![0u8; n / traits.block_size as usize * traits.type_size as usize];
+        let mut row = vec![0u8; row_bytes(dot_type as u32, n as u64)];
         // SAFETY: the CPU traits of a known type; from_float writes the n values' blocks into row.
         unsafe {
             let from_float: FromFloat = std::mem::transmute((*ggml_get_type_traits_cpu(dot_type)).from_float);
@@ -354,6 +353,20 @@ mod x86_kernel_tests {
         (map, start)
     }
 
+    /// Both kernels over the n values at x and y: the same bits, or a panic naming `case`.
+    ///
+    /// # Safety
+    /// x and y hold n values of the kernel's weight and activation types.
+    unsafe fn compare(lugh_kernel: VecDot, ggml_kernel: VecDot, n: usize, x: *const u8, y: *const u8, case: &str) {
+        let (mut ours, mut theirs) = (f32::NAN, f32::NAN);
+        // SAFETY: as the caller promises.
+        unsafe {
+            lugh_kernel(n as c_int, &mut ours, 0, x.cast(), 0, y.cast(), 0, 1);
+            ggml_kernel(n as c_int, &mut theirs, 0, x.cast(), 0, y.cast(), 0, 1);
+        }
+        assert_eq!(ours.to_bits(), theirs.to_bits(), "{case}: {ours} vs ggml's {theirs}");
+    }
+
     fn check(type_id: u32, ggml_kernel: VecDot) {
         // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
         unsafe { ggml_cpu_init() };
@@ -373,31 +386,21 @@ mod x86_kernel_tests {
                     x.extend_from_slice(&row);
                     let mut y = vec![0u8; offset];
                     y.extend_from_slice(&act);
-                    let (mut ours, mut theirs) = (f32::NAN, f32::NAN);
+                    let case = format!("type {type_id}, {blocks} blocks, raw {raw}, offset {offset}");
                     // SAFETY: x and y hold n values of the kernel's two types, from `offset`.
                     unsafe {
-                        let (xp, yp) = (x.as_ptr().add(offset).cast(), y.as_ptr().add(offset).cast());
-                        lugh_kernel(n as c_int, &mut ours, 0, xp, 0, yp, 0, 1);
-                        ggml_kernel(n as c_int, &mut theirs, 0, xp, 0, yp, 0, 1);
-                    }
-                    assert_eq!(
-                        ours.to_bits(),
-                        theirs.to_bits(),
-                        "type {type_id}, {blocks} blocks, raw {raw}, offset {offset}: {ours} vs ggml's {theirs}"
-                    );
+                        compare(lugh_kernel, ggml_kernel, n, x.as_ptr().add(offset), y.as_ptr().add(offset), &case)
+                    };
                     compared += 1;
                 }
                 let row = random_row(&mut rng, type_id, n, raw);
                 let act = activations(&mut rng, traits.vec_dot_type, n, raw);
                 let ((x, x_start), (y, y_start)) = (at_page_end(&row), at_page_end(&act));
-                let (mut ours, mut theirs) = (f32::NAN, f32::NAN);
-                // SAFETY: each row ends at its map's guard page.
+                let case = format!("type {type_id}, {blocks} blocks, raw {raw}, at a page's end");
+                // SAFETY: each row holds n values and ends at its map's guard page.
                 unsafe {
-                    let (xp, yp) = (x.as_ptr().add(x_start).cast(), y.as_ptr().add(y_start).cast());
-                    lugh_kernel(n as c_int, &mut ours, 0, xp, 0, yp, 0, 1);
-                    ggml_kernel(n as c_int, &mut theirs, 0, xp, 0, yp, 0, 1);
-                }
-                assert_eq!(ours.to_bits(), theirs.to_bits(), "type {type_id}, {blocks} blocks at a page's end");
+                    compare(lugh_kernel, ggml_kernel, n, x.as_ptr().add(x_start), y.as_ptr().add(y_start), &case)
+                };
             }
         }
         assert_eq!(compared, 26 * 6);
