@@ -2,8 +2,8 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
-//!   Three of its x86 dot-product kernels are Lugh's own, bit-identical and
-//!   faster (xs-rs/kernels/x86_vec_dot.c);
+//!   three of its x86 dot-product kernels and its x86 Q4_1 matrix product
+//!   are Lugh's own, bit-identical and faster (xs-rs/kernels/);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
 use std::env;
@@ -160,8 +160,9 @@ fn build_ggml(g: &Path, out: &Path) {
     for f in arch_files(&arch, "c") {
         cpu_c.file(src(f));
     }
-    if arch == "x86_64" {
-        cpu_c.files(x86_kernels(g, out));
+    let x86 = (arch == "x86_64").then(|| x86_kernels(g, out));
+    if let Some((c_files, _)) = &x86 {
+        cpu_c.files(c_files);
     }
     cpu_c.compile("ggml_cpu_c");
 
@@ -190,10 +191,13 @@ fn build_ggml(g: &Path, out: &Path) {
             "ggml-cpu/unary-ops.cpp",
             "ggml-cpu/vec.cpp",
             "ggml-cpu/ops.cpp",
-            "ggml-cpu/llamafile/sgemm.cpp",
         ]
         .map(src),
     );
+    match &x86 {
+        Some((_, sgemm_renamed)) => cpu_cxx.file(sgemm_renamed),
+        None => cpu_cxx.file(src("ggml-cpu/llamafile/sgemm.cpp")),
+    };
     for f in arch_files(&arch, "cpp") {
         cpu_cxx.file(src(f));
     }
@@ -203,22 +207,35 @@ fn build_ggml(g: &Path, out: &Path) {
     }
 }
 
-/// Lugh's Q4_1, Q8_0 and Q5_0 dot-product kernels (xs-rs/kernels/x86_vec_dot.c)
-/// take the place of ggml's in its type-traits table: ggml's x86 quants.c is
-/// compiled through a wrapper that renames those functions, which Lugh's
-/// call where the processor lacks what its own need. Returns the wrapper and
-/// the kernels' file, to compile with the CPU backend's flags.
-fn x86_kernels(g: &Path, out: &Path) -> [PathBuf; 2] {
-    let kernels = PathBuf::from("xs-rs/kernels/x86_vec_dot.c");
-    println!("cargo:rerun-if-changed={}", kernels.display());
-    let wrapper = out.join("ggml-x86-quants-renamed.c");
-    let mut text = String::new();
-    for name in ["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0", "ggml_vec_dot_q5_0_q8_0"] {
-        text.push_str(&format!("#define {name} lugh_{name}\n"));
+/// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and
+/// Q5_0 dot products (xs-rs/kernels/x86_vec_dot.c) in ggml's type-traits
+/// table, and its Q4_1 matrix product (x86_q4_1_gemm.c) in front of ggml's
+/// llamafile_sgemm. ggml's x86 quants.c and llamafile/sgemm.cpp are compiled
+/// through wrappers that rename those functions, which Lugh's call where the
+/// processor lacks what its own need or the request is not theirs. Returns
+/// the C files and the C++ wrapper, to compile with the CPU backend's flags.
+fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, PathBuf) {
+    for file in ["x86_kernels.h", "x86_vec_dot.c", "x86_q4_1_gemm.c"] {
+        println!("cargo:rerun-if-changed=xs-rs/kernels/{file}");
     }
-    text.push_str(&format!("#include \"{}\"\n", g.join("src/ggml-cpu/arch/x86/quants.c").display()));
-    std::fs::write(&wrapper, text).unwrap();
-    [wrapper, kernels]
+    let renamed = |wrapper: &str, names: &[&str], source: &str| {
+        let mut text = String::new();
+        for name in names {
+            text.push_str(&format!("#define {name} lugh_{name}\n"));
+        }
+        text.push_str(&format!("#include \"{}\"\n", g.join("src/ggml-cpu").join(source).display()));
+        let path = out.join(wrapper);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let quants = renamed(
+        "ggml-x86-quants-renamed.c",
+        &["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0", "ggml_vec_dot_q5_0_q8_0"],
+        "arch/x86/quants.c",
+    );
+    let sgemm = renamed("ggml-sgemm-renamed.cpp", &["llamafile_sgemm"], "llamafile/sgemm.cpp");
+    let c_files = vec![quants, "xs-rs/kernels/x86_vec_dot.c".into(), "xs-rs/kernels/x86_q4_1_gemm.c".into()];
+    (c_files, sgemm)
 }
 
 /// The compiler switches that choose ggml's CPU kernels.

@@ -406,6 +406,115 @@ mod x86_kernel_tests {
         assert_eq!(compared, 26 * 6);
     }
 
+    /// ggml's `struct ggml_compute_params` (ggml-cpu-impl.h).
+    #[repr(C)]
+    struct ComputeParams {
+        ith: c_int,
+        nth: c_int,
+        wsize: usize,
+        wdata: *mut c_void,
+        threadpool: *mut c_void,
+        use_ref: bool,
+    }
+
+    extern "C" {
+        fn llamafile_sgemm(
+            params: *const ComputeParams,
+            m: i64,
+            n: i64,
+            k: i64,
+            a: *const c_void,
+            lda: i64,
+            b: *const c_void,
+            ldb: i64,
+            c: *mut f32,
+            ldc: i64,
+            a_type: c_int,
+            b_type: c_int,
+            c_type: c_int,
+        ) -> bool;
+    }
+
+    /// Lugh's Q4_1 x Q8_1 matrix product, reached as ggml's matrix product
+    /// reaches it (llamafile_sgemm, each of nth threads its share), against
+    /// ggml's vec_dot of every row and column: the same bits.
+    #[test]
+    fn q4_1_gemm_is_ggmls_vec_dot_bit_for_bit() {
+        // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
+        unsafe { ggml_cpu_init() };
+        let mut rng = Rng::new(20261126);
+        let (a_block, b_block) = (row_bytes(GGML_TYPE_Q4_1, 32), row_bytes(GGML_TYPE_Q8_1, 32));
+        let mut cases = 0;
+        for (m, n, blocks) in
+            [(1, 4, 1), (2, 4, 2), (3, 5, 3), (5, 7, 18), (8, 8, 48), (17, 13, 5), (6, 33, 7), (4, 4, 36)]
+        {
+            for raw in [false, true] {
+                // rows and columns a few blocks longer than k, as a view's would be
+                let (lda, ldb, ldc) = (blocks + 1, blocks + 2, m + 3);
+                let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, GGML_TYPE_Q4_1, lda * 32, raw)).collect();
+                let b: Vec<u8> =
+                    (0..n).flat_map(|_| activations(&mut rng, GGML_TYPE_Q8_1 as c_int, ldb * 32, raw)).collect();
+                for nth in 1..=3 {
+                    let mut c = vec![f32::NAN; ldc * n];
+                    for ith in 0..nth {
+                        let params = ComputeParams {
+                            ith,
+                            nth,
+                            wsize: 0,
+                            wdata: std::ptr::null_mut(),
+                            threadpool: std::ptr::null_mut(),
+                            use_ref: false,
+                        };
+                        // SAFETY: a holds m rows of lda blocks, b n columns of ldb, c n columns of ldc floats.
+                        let taken = unsafe {
+                            llamafile_sgemm(
+                                &params,
+                                m as i64,
+                                n as i64,
+                                blocks as i64,
+                                a.as_ptr().cast(),
+                                lda as i64,
+                                b.as_ptr().cast(),
+                                ldb as i64,
+                                c.as_mut_ptr(),
+                                ldc as i64,
+                                GGML_TYPE_Q4_1 as c_int,
+                                GGML_TYPE_Q8_1 as c_int,
+                                0,
+                            )
+                        };
+                        assert!(taken, "llamafile_sgemm took Q4_1 x Q8_1, {m}x{n}");
+                    }
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut expected = f32::NAN;
+                            // SAFETY: row i of a and column j of b hold `blocks` blocks.
+                            unsafe {
+                                lugh_ggml_vec_dot_q4_1_q8_1(
+                                    (blocks * 32) as c_int,
+                                    &mut expected,
+                                    0,
+                                    a.as_ptr().add(i * lda * a_block).cast(),
+                                    0,
+                                    b.as_ptr().add(j * ldb * b_block).cast(),
+                                    0,
+                                    1,
+                                )
+                            };
+                            let ours = c[j * ldc + i];
+                            let case = format!("{m}x{n}x{blocks} blocks, raw {raw}, {nth} threads: ({i}, {j})");
+                            assert_eq!(ours.to_bits(), expected.to_bits(), "{case}: {ours} vs ggml's {expected}");
+                        }
+                    }
+                    // the padding between columns is left alone
+                    assert!(c.chunks(ldc).all(|column| column[m..].iter().all(|v| v.is_nan())));
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 8 * 2 * 3);
+    }
+
     #[test]
     fn q4_1_kernel_is_ggmls_bit_for_bit() {
         check(GGML_TYPE_Q4_1, lugh_ggml_vec_dot_q4_1_q8_1);

@@ -22,15 +22,7 @@
  * that ggml's type-traits table takes these. Where the processor lacks the
  * AVX-512 parts used (BW, VL, VNNI), they call ggml's own.
  */
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__F16C__) && defined(__FMA__)
-#define LUGH_VEC_DOT_AVX512 1
-#include <immintrin.h>
-#endif
+#include "x86_kernels.h"
 
 #define VEC_DOT_ARGS int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc
 
@@ -43,7 +35,7 @@ void ggml_vec_dot_q4_1_q8_1(VEC_DOT_ARGS);
 void ggml_vec_dot_q8_0_q8_0(VEC_DOT_ARGS);
 void ggml_vec_dot_q5_0_q8_0(VEC_DOT_ARGS);
 
-#ifndef LUGH_VEC_DOT_AVX512
+#ifndef LUGH_X86_AVX512
 
 void ggml_vec_dot_q4_1_q8_1(VEC_DOT_ARGS) {
     lugh_ggml_vec_dot_q4_1_q8_1(n, s, bs, vx, bx, vy, by, nrc);
@@ -58,44 +50,6 @@ void ggml_vec_dot_q5_0_q8_0(VEC_DOT_ARGS) {
 }
 
 #else
-
-/* ggml's block layouts (ggml-common.h), restated: 32 weights a block, fp16
- * scales first. */
-typedef struct {
-    uint16_t d, m; /* scale and minimum */
-    uint8_t qs[16];
-} q4_1_block;
-typedef struct {
-    uint16_t d, s; /* scale, and scale times the sum of qs */
-    int8_t qs[32];
-} q8_1_block;
-typedef struct {
-    uint16_t d;
-    int8_t qs[32];
-} q8_0_block;
-typedef struct {
-    uint16_t d;
-    uint8_t qh[4]; /* the fifth bit of each weight */
-    uint8_t qs[16];
-} q5_0_block;
-
-_Static_assert(sizeof(q4_1_block) == 20, "block_q4_1 is 20 bytes");
-_Static_assert(sizeof(q8_1_block) == 36, "block_q8_1 is 36 bytes");
-_Static_assert(sizeof(q8_0_block) == 34, "block_q8_0 is 34 bytes");
-_Static_assert(sizeof(q5_0_block) == 22, "block_q5_0 is 22 bytes");
-
-static inline float fp16_to_float(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-/* ggml's hsum_float_8, the same additions in the same order. */
-static inline float sum_of_lanes(__m256 x) {
-    __m128 sum = _mm256_extractf128_ps(x, 1);
-    sum = _mm_add_ps(sum, _mm256_castps256_ps128(x));
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return _mm_cvtss_f32(sum);
-}
 
 /* Lane k of a 4-float vector, in all 8 lanes. */
 static inline __m256 lane(__m128 v, int k) {
@@ -132,13 +86,6 @@ static inline __m256 lane_sums(__m256i unsigned_bytes, __m256i signed_bytes) {
 static inline __m256 signed_lane_sums(__m256i qx, const int8_t *y) {
     const __m256i qy = _mm256_loadu_si256((const __m256i *)y);
     return lane_sums(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-}
-
-/* 32 weights packed as nibbles, as bytes 0..15: the low nibbles, then the
- * high ones (ggml's bytes_from_nibbles_32). */
-static inline __m256i nibbles(const uint8_t packed_bytes[16]) {
-    const __m128i packed = _mm_loadu_si128((const __m128i *)packed_bytes);
-    return _mm256_and_si256(_mm256_set1_epi8(0x0F), _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed));
 }
 
 void ggml_vec_dot_q4_1_q8_1(VEC_DOT_ARGS) {
