@@ -209,13 +209,13 @@ fn build_ggml(g: &Path, out: &Path) {
 
 /// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and
 /// Q5_0 dot products (xs-rs/kernels/x86_vec_dot.c) in ggml's type-traits
-/// table, and its Q4_1 matrix product (x86_q4_1_gemm.c) in front of ggml's
+/// table, and its Q4_1, Q8_0 and Q5_0 matrix products (x86_gemm.c) in front of ggml's
 /// llamafile_sgemm. ggml's x86 quants.c and llamafile/sgemm.cpp are compiled
 /// through wrappers that rename those functions, which Lugh's call where the
 /// processor lacks what its own need or the request is not theirs. Returns
 /// the C files and the C++ wrapper, to compile with the CPU backend's flags.
 fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, PathBuf) {
-    for file in ["x86_kernels.h", "x86_vec_dot.c", "x86_q4_1_gemm.c"] {
+    for file in ["x86_kernels.h", "x86_vec_dot.c", "x86_gemm.c"] {
         println!("cargo:rerun-if-changed=xs-rs/kernels/{file}");
     }
     let renamed = |wrapper: &str, names: &[&str], source: &str| {
@@ -234,7 +234,7 @@ fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, PathBuf) {
         "arch/x86/quants.c",
     );
     let sgemm = renamed("ggml-sgemm-renamed.cpp", &["llamafile_sgemm"], "llamafile/sgemm.cpp");
-    let c_files = vec![quants, "xs-rs/kernels/x86_vec_dot.c".into(), "xs-rs/kernels/x86_q4_1_gemm.c".into()];
+    let c_files = vec![quants, "xs-rs/kernels/x86_vec_dot.c".into(), "xs-rs/kernels/x86_gemm.c".into()];
     (c_files, sgemm)
 }
 

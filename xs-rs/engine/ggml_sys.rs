@@ -435,62 +435,133 @@ mod x86_kernel_tests {
         ) -> bool;
     }
 
-    /// Lugh's Q4_1 x Q8_1 matrix product, reached as ggml's matrix product
-    /// reaches it (llamafile_sgemm, each of nth threads its share), against
-    /// ggml's vec_dot of every row and column: the same bits.
-    #[test]
-    fn q4_1_gemm_is_ggmls_vec_dot_bit_for_bit() {
+    extern "C" {
+        /// Whether x86_gemm.c was compiled with its kernels (AVX-512 VNNI).
+        fn lugh_x86_gemm_built() -> bool;
+        fn lugh_llamafile_sgemm(
+            params: *const ComputeParams,
+            m: i64,
+            n: i64,
+            k: i64,
+            a: *const c_void,
+            lda: i64,
+            b: *const c_void,
+            ldb: i64,
+            c: *mut f32,
+            ldc: i64,
+            a_type: c_int,
+            b_type: c_int,
+            c_type: c_int,
+        ) -> bool;
+    }
+
+    /// C = A^T B in llamafile_sgemm's layout through `sgemm` (each of nth
+    /// threads its share), or None where it declines.
+    fn sgemm_product(
+        sgemm: Sgemm,
+        (m, n, blocks): (usize, usize, usize),
+        a: &[u8],
+        b: &[u8],
+        (lda, ldb, ldc): (usize, usize, usize),
+        (a_type, b_type): (u32, u32),
+        nth: c_int,
+    ) -> Option<Vec<f32>> {
+        let mut c = vec![f32::NAN; ldc * n];
+        for ith in 0..nth {
+            let params = ComputeParams {
+                ith,
+                nth,
+                wsize: 0,
+                wdata: std::ptr::null_mut(),
+                threadpool: std::ptr::null_mut(),
+                use_ref: false,
+            };
+            // SAFETY: a holds m rows of lda blocks, b n columns of ldb, c n columns of ldc floats.
+            let taken = unsafe {
+                sgemm(
+                    &params,
+                    m as i64,
+                    n as i64,
+                    blocks as i64,
+                    a.as_ptr().cast(),
+                    lda as i64,
+                    b.as_ptr().cast(),
+                    ldb as i64,
+                    c.as_mut_ptr(),
+                    ldc as i64,
+                    a_type as c_int,
+                    b_type as c_int,
+                    0,
+                )
+            };
+            if !taken {
+                return None;
+            }
+        }
+        Some(c)
+    }
+
+    type Sgemm = unsafe extern "C" fn(
+        *const ComputeParams,
+        i64,
+        i64,
+        i64,
+        *const c_void,
+        i64,
+        *const c_void,
+        i64,
+        *mut f32,
+        i64,
+        c_int,
+        c_int,
+        c_int,
+    ) -> bool;
+
+    /// Lugh's matrix product for `type_id` weights, reached as ggml's matrix
+    /// product reaches it (llamafile_sgemm, each of nth threads its share),
+    /// against ggml's vec_dot of every row and column and, where ggml's
+    /// tinyBLAS takes the pair, against tinyBLAS: the same bits.
+    fn check_gemm(type_id: u32, ggml_kernel: VecDot) {
         // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
         unsafe { ggml_cpu_init() };
-        let mut rng = Rng::new(20261126);
-        let (a_block, b_block) = (row_bytes(GGML_TYPE_Q4_1, 32), row_bytes(GGML_TYPE_Q8_1, 32));
+        // SAFETY: the CPU traits of a known type.
+        let dot_type = unsafe { (*ggml_get_type_traits_cpu(type_id as c_int)).vec_dot_type } as u32;
+        let (a_block, b_block) = (row_bytes(type_id, 32), row_bytes(dot_type, 32));
+        let mut rng = Rng::new(20261126 + type_id as u64);
         let mut cases = 0;
+        // Lugh's product takes 8 columns or more; below that ggml's decides
         for (m, n, blocks) in
-            [(1, 4, 1), (2, 4, 2), (3, 5, 3), (5, 7, 18), (8, 8, 48), (17, 13, 5), (6, 33, 7), (4, 4, 36)]
+            [(1, 8, 1), (2, 8, 2), (3, 9, 3), (5, 15, 18), (8, 16, 48), (17, 13, 5), (6, 33, 7), (4, 4, 36)]
         {
             for raw in [false, true] {
                 // rows and columns a few blocks longer than k, as a view's would be
                 let (lda, ldb, ldc) = (blocks + 1, blocks + 2, m + 3);
-                let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, GGML_TYPE_Q4_1, lda * 32, raw)).collect();
-                let b: Vec<u8> =
-                    (0..n).flat_map(|_| activations(&mut rng, GGML_TYPE_Q8_1 as c_int, ldb * 32, raw)).collect();
+                let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, type_id, lda * 32, raw)).collect();
+                let mut b: Vec<u8> =
+                    (0..n).flat_map(|_| activations(&mut rng, dot_type as c_int, ldb * 32, raw)).collect();
+                // ggml's quantized activations are never -128, where its sign trick wraps
+                for block in b.chunks_mut(b_block) {
+                    let scale_bytes = b_block - 32;
+                    block[scale_bytes..].iter_mut().filter(|v| **v == 0x80).for_each(|v| *v = 0x7f);
+                }
+                let sizes = (m, n, blocks);
+                let strides = (lda, ldb, ldc);
+                let tiny_blas = sgemm_product(lugh_llamafile_sgemm, sizes, &a, &b, strides, (type_id, dot_type), 1);
                 for nth in 1..=3 {
-                    let mut c = vec![f32::NAN; ldc * n];
-                    for ith in 0..nth {
-                        let params = ComputeParams {
-                            ith,
-                            nth,
-                            wsize: 0,
-                            wdata: std::ptr::null_mut(),
-                            threadpool: std::ptr::null_mut(),
-                            use_ref: false,
-                        };
-                        // SAFETY: a holds m rows of lda blocks, b n columns of ldb, c n columns of ldc floats.
-                        let taken = unsafe {
-                            llamafile_sgemm(
-                                &params,
-                                m as i64,
-                                n as i64,
-                                blocks as i64,
-                                a.as_ptr().cast(),
-                                lda as i64,
-                                b.as_ptr().cast(),
-                                ldb as i64,
-                                c.as_mut_ptr(),
-                                ldc as i64,
-                                GGML_TYPE_Q4_1 as c_int,
-                                GGML_TYPE_Q8_1 as c_int,
-                                0,
-                            )
-                        };
-                        assert!(taken, "llamafile_sgemm took Q4_1 x Q8_1, {m}x{n}");
-                    }
+                    let case = format!("type {type_id}, {m}x{n}x{blocks} blocks, raw {raw}, {nth} threads");
+                    let Some(c) = sgemm_product(llamafile_sgemm, sizes, &a, &b, strides, (type_id, dot_type), nth)
+                    else {
+                        // SAFETY: reads a constant.
+                        let built = unsafe { lugh_x86_gemm_built() };
+                        assert!((n < 8 || !built) && tiny_blas.is_none(), "{case}: llamafile_sgemm declined");
+                        continue;
+                    };
                     for i in 0..m {
                         for j in 0..n {
                             let mut expected = f32::NAN;
                             // SAFETY: row i of a and column j of b hold `blocks` blocks.
                             unsafe {
-                                lugh_ggml_vec_dot_q4_1_q8_1(
+                                ggml_kernel(
                                     (blocks * 32) as c_int,
                                     &mut expected,
                                     0,
@@ -502,17 +573,49 @@ mod x86_kernel_tests {
                                 )
                             };
                             let ours = c[j * ldc + i];
-                            let case = format!("{m}x{n}x{blocks} blocks, raw {raw}, {nth} threads: ({i}, {j})");
-                            assert_eq!(ours.to_bits(), expected.to_bits(), "{case}: {ours} vs ggml's {expected}");
+                            assert_eq!(
+                                ours.to_bits(),
+                                expected.to_bits(),
+                                "{case} ({i}, {j}): {ours} vs ggml's {expected}"
+                            );
+                            if let Some(tiny) = &tiny_blas {
+                                let theirs = tiny[j * ldc + i];
+                                assert_eq!(
+                                    ours.to_bits(),
+                                    theirs.to_bits(),
+                                    "{case} ({i}, {j}): {ours} vs tinyBLAS's {theirs}"
+                                );
+                            }
                         }
                     }
                     // the padding between columns is left alone
-                    assert!(c.chunks(ldc).all(|column| column[m..].iter().all(|v| v.is_nan())));
+                    assert!(c.chunks(ldc).all(|column| column[m..].iter().all(|v| v.is_nan())), "{case}: padding");
                     cases += 1;
                 }
+                // tinyBLAS takes Q8_0 and Q5_0, not Q4_1
+                assert_eq!(tiny_blas.is_some(), type_id != GGML_TYPE_Q4_1, "tinyBLAS for type {type_id}");
             }
         }
-        assert_eq!(cases, 8 * 2 * 3);
+        // SAFETY: reads a constant.
+        if unsafe { lugh_x86_gemm_built() } {
+            let declined = if type_id == GGML_TYPE_Q4_1 { 2 * 3 } else { 0 };
+            assert_eq!(cases, 8 * 2 * 3 - declined);
+        }
+    }
+
+    #[test]
+    fn q4_1_gemm_is_ggmls_bit_for_bit() {
+        check_gemm(GGML_TYPE_Q4_1, lugh_ggml_vec_dot_q4_1_q8_1);
+    }
+
+    #[test]
+    fn q5_0_gemm_is_ggmls_bit_for_bit() {
+        check_gemm(GGML_TYPE_Q5_0, lugh_ggml_vec_dot_q5_0_q8_0);
+    }
+
+    #[test]
+    fn q8_0_gemm_is_ggmls_bit_for_bit() {
+        check_gemm(GGML_TYPE_Q8_0, lugh_ggml_vec_dot_q8_0_q8_0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 /*
- * What Lugh's x86 kernels share (x86_vec_dot.c, x86_q4_1_gemm.c): ggml's
+ * What Lugh's x86 kernels share (x86_vec_dot.c, x86_gemm.c): ggml's
  * block layouts and the pieces of ggml's AVX2 dot products whose integer and
  * float operations the kernels repeat exactly. LUGH_X86_AVX512 is set, and
  * the rest defined, where the compiler targets AVX-512 F/BW/VL/VNNI with F16C
