@@ -417,42 +417,34 @@ mod x86_kernel_tests {
         use_ref: bool,
     }
 
-    extern "C" {
-        fn llamafile_sgemm(
-            params: *const ComputeParams,
-            m: i64,
-            n: i64,
-            k: i64,
-            a: *const c_void,
-            lda: i64,
-            b: *const c_void,
-            ldb: i64,
-            c: *mut f32,
-            ldc: i64,
-            a_type: c_int,
-            b_type: c_int,
-            c_type: c_int,
-        ) -> bool;
+    /// The matrix product ggml's mul_mat calls (Lugh's, x86_gemm.c) and
+    /// ggml's own (tinyBLAS), under the name build.rs gives it.
+    macro_rules! sgemm_functions {
+        ($($name:ident),*) => {
+            extern "C" {
+                $(fn $name(
+                    params: *const ComputeParams,
+                    m: i64,
+                    n: i64,
+                    k: i64,
+                    a: *const c_void,
+                    lda: i64,
+                    b: *const c_void,
+                    ldb: i64,
+                    c: *mut f32,
+                    ldc: i64,
+                    a_type: c_int,
+                    b_type: c_int,
+                    c_type: c_int,
+                ) -> bool;)*
+            }
+        };
     }
+    sgemm_functions!(llamafile_sgemm, lugh_llamafile_sgemm);
 
     extern "C" {
         /// Whether x86_gemm.c was compiled with its kernels (AVX-512 VNNI).
         fn lugh_x86_gemm_built() -> bool;
-        fn lugh_llamafile_sgemm(
-            params: *const ComputeParams,
-            m: i64,
-            n: i64,
-            k: i64,
-            a: *const c_void,
-            lda: i64,
-            b: *const c_void,
-            ldb: i64,
-            c: *mut f32,
-            ldc: i64,
-            a_type: c_int,
-            b_type: c_int,
-            c_type: c_int,
-        ) -> bool;
     }
 
     /// C = A^T B in llamafile_sgemm's layout through `sgemm` (each of nth
