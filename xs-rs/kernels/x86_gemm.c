@@ -13,7 +13,8 @@
  * column group (paired, offset, their scales converted and spread) for
  * every weight row that meets them. A single column (a decode step) is split
  * between the threads in even shares of rows, each output Lugh's streaming
- * vec_dot (x86_vec_dot.c).
+ * vec_dot (x86_vec_dot.c); that part needs no AVX-512 and runs on every x86
+ * processor, with ggml's own vec_dot where Lugh's are not compiled.
  *
  * Every output is still exactly what ggml computes, bit for bit: its own
  * 8-lane float accumulator, one fused multiply-add per block in block order
@@ -49,19 +50,6 @@ void ggml_vec_dot_q4_1_q8_1(int n, float *s, size_t bs, const void *vx, size_t b
 void ggml_vec_dot_q8_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
 void ggml_vec_dot_q5_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
 
-#ifdef LUGH_X86_AVX512
-
-#include <pthread.h>
-#include <stdlib.h>
-
-enum {
-    TILE_COLUMNS = 8,
-    PAIRS = TILE_COLUMNS / 2,
-    /* Weight rows are taken in chunks of about this many bytes, which stay
-     * in the L2 cache while every column group passes over them. */
-    CHUNK_BYTES = 256 * 1024,
-};
-
 typedef enum { WEIGHTS_Q4_1, WEIGHTS_Q8_0, WEIGHTS_Q5_0 } weights_type;
 
 static inline size_t weight_block_bytes(weights_type type) {
@@ -76,6 +64,55 @@ static inline size_t activation_block_bytes(weights_type type) {
 static inline const void *block_at(const void *row, int64_t b, size_t bytes) {
     return (const char *)row + b * (int64_t)bytes;
 }
+
+/* One row x times one column y, as ggml's vec_dot computes it. */
+static inline void one_output(weights_type type, const void *x, const void *y, int64_t n_blocks, float *out) {
+    const int n = (int)(n_blocks * 32);
+    if (type == WEIGHTS_Q4_1) {
+        ggml_vec_dot_q4_1_q8_1(n, out, 0, x, 0, y, 0, 1);
+    } else if (type == WEIGHTS_Q8_0) {
+        ggml_vec_dot_q8_0_q8_0(n, out, 0, x, 0, y, 0, 1);
+    } else {
+        ggml_vec_dot_q5_0_q8_0(n, out, 0, x, 0, y, 0, 1);
+    }
+}
+
+/* Thread ith of nth's even share of the rows of A times the single column
+ * B: one long run of rows per thread. */
+static void one_column(weights_type type, int ith, int nth, int64_t m, int64_t n_blocks, const void *A, int64_t lda,
+                       const void *B, float *C) {
+    const size_t x_bytes = weight_block_bytes(type);
+    for (int64_t i = m * ith / nth; i < m * (ith + 1) / nth; i++) {
+        one_output(type, block_at(A, i * lda, x_bytes), B, n_blocks, C + i);
+    }
+}
+
+/* The weights type of a product this file computes, or false. */
+static bool product_type(int Atype, int Btype, weights_type *type) {
+    if (Atype == GGML_TYPE_Q4_1 && Btype == GGML_TYPE_Q8_1) {
+        *type = WEIGHTS_Q4_1;
+    } else if (Atype == GGML_TYPE_Q8_0 && Btype == GGML_TYPE_Q8_0) {
+        *type = WEIGHTS_Q8_0;
+    } else if (Atype == GGML_TYPE_Q5_0 && Btype == GGML_TYPE_Q8_0) {
+        *type = WEIGHTS_Q5_0;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+#ifdef LUGH_X86_AVX512
+
+#include <pthread.h>
+#include <stdlib.h>
+
+enum {
+    TILE_COLUMNS = 8,
+    PAIRS = TILE_COLUMNS / 2,
+    /* Weight rows are taken in chunks of about this many bytes, which stay
+     * in the L2 cache while every column group passes over them. */
+    CHUNK_BYTES = 256 * 1024,
+};
 
 /* An activation block's 32 signed bytes. */
 static inline __m256i activation_bytes(weights_type type, const void *block) {
@@ -202,18 +239,6 @@ static inline __attribute__((always_inline)) void tile(weights_type type, const 
     }
 }
 
-/* One row x times one column y, as ggml's vec_dot computes it. */
-static inline void one_output(weights_type type, const void *x, const void *y, int64_t n_blocks, float *out) {
-    const int n = (int)(n_blocks * 32);
-    if (type == WEIGHTS_Q4_1) {
-        ggml_vec_dot_q4_1_q8_1(n, out, 0, x, 0, y, 0, 1);
-    } else if (type == WEIGHTS_Q8_0) {
-        ggml_vec_dot_q8_0_q8_0(n, out, 0, x, 0, y, 0, 1);
-    } else {
-        ggml_vec_dot_q5_0_q8_0(n, out, 0, x, 0, y, 0, 1);
-    }
-}
-
 /* Each thread's column group storage, kept for the thread's life and grown
  * as rows get longer: no allocation in a prompt once it has run once. */
 static pthread_key_t scratch_key;
@@ -302,50 +327,49 @@ static inline __attribute__((always_inline)) void gemm(weights_type type, const 
     }
 }
 
+#endif
+
 /* Thread ith of nth computes its share of C's rows, llamafile_sgemm's way:
  * C is column-major (C[j * ldc + i] is row i of A times column j of B), k
  * counts blocks, A's rows are lda blocks apart and B's columns ldb. False
- * where the types or sizes are not this file's. */
+ * where the types or sizes are not this file's: one column is taken on
+ * every x86 processor, eight or more where the tiles were compiled. */
 bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B,
                    int64_t ldb, float *C, int64_t ldc, int Atype, int Btype) {
-    const bool ours = (Atype == GGML_TYPE_Q4_1 && Btype == GGML_TYPE_Q8_1) ||
-                      ((Atype == GGML_TYPE_Q8_0 || Atype == GGML_TYPE_Q5_0) && Btype == GGML_TYPE_Q8_0);
-    if (!ours || k <= 0) {
+    weights_type type;
+    if (!product_type(Atype, Btype, &type) || k <= 0) {
         return false;
     }
-    /* fewer columns than a tile need no column group (see gemm) */
+    if (n == 1) {
+        one_column(type, ith, nth, m, k, A, lda, B, C);
+        return true;
+    }
+#ifdef LUGH_X86_AVX512
     const column_group *g = n >= TILE_COLUMNS ? thread_column_group(k) : NULL;
-    if (n >= TILE_COLUMNS && !g) {
+    if (!g) {
         return false;
     }
-    if (Atype == GGML_TYPE_Q4_1) {
+    if (type == WEIGHTS_Q4_1) {
         gemm(WEIGHTS_Q4_1, g, ith, nth, m, n, k, A, lda, B, ldb, C, ldc);
-    } else if (Atype == GGML_TYPE_Q8_0) {
+    } else if (type == WEIGHTS_Q8_0) {
         gemm(WEIGHTS_Q8_0, g, ith, nth, m, n, k, A, lda, B, ldb, C, ldc);
     } else {
         gemm(WEIGHTS_Q5_0, g, ith, nth, m, n, k, A, lda, B, ldb, C, ldc);
     }
     return true;
-}
-
-bool lugh_x86_gemm_built(void) {
-    return true;
-}
-
 #else
+    (void)ldb, (void)ldc;
+    return false;
+#endif
+}
 
 bool lugh_x86_gemm_built(void) {
+#ifdef LUGH_X86_AVX512
+    return true;
+#else
     return false;
-}
-
-bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B,
-                   int64_t ldb, float *C, int64_t ldc, int Atype, int Btype) {
-    (void)ith, (void)nth, (void)m, (void)n, (void)k, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
-    (void)Atype, (void)Btype;
-    return false;
-}
-
 #endif
+}
 
 bool llamafile_sgemm(const struct ggml_compute_params *params, int64_t m, int64_t n, int64_t k, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc, int Atype, int Btype, int Ctype) {
@@ -354,7 +378,7 @@ bool llamafile_sgemm(const struct ggml_compute_params *params, int64_t m, int64_
      * 64-row chunks one by one, and every chunk starts a new memory stream;
      * one long stream per thread took 18-26% off a decode step on the test
      * models. Two to seven columns stay with ggml. */
-    if (Ctype == GGML_TYPE_F32 && (n >= 8 || n == 1) &&
+    if (Ctype == GGML_TYPE_F32 &&
         lugh_x86_gemm(params->ith, params->nth, m, n, k, A, lda, B, ldb, C, ldc, Atype, Btype)) {
         return true;
     }
