@@ -35,6 +35,7 @@
 #include <stdbool.h>
 
 #include "ggml-cpu-impl.h"
+#include "ggml-cpu.h"
 #include "x86_kernels.h"
 
 bool lugh_llamafile_sgemm(const struct ggml_compute_params *params, int64_t m, int64_t n, int64_t k, const void *A,
@@ -45,10 +46,6 @@ bool llamafile_sgemm(const struct ggml_compute_params *params, int64_t m, int64_
 bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B,
                    int64_t ldb, float *C, int64_t ldc, int Atype, int Btype);
 bool lugh_x86_gemm_built(void);
-/* ggml's vec_dot kernels (Lugh's, x86_vec_dot.c) */
-void ggml_vec_dot_q4_1_q8_1(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
-void ggml_vec_dot_q8_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
-void ggml_vec_dot_q5_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
 
 typedef enum { WEIGHTS_Q4_1, WEIGHTS_Q8_0, WEIGHTS_Q5_0 } weights_type;
 
@@ -65,25 +62,18 @@ static inline const void *block_at(const void *row, int64_t b, size_t bytes) {
     return (const char *)row + b * (int64_t)bytes;
 }
 
-/* One row x times one column y, as ggml's vec_dot computes it. */
-static inline void one_output(weights_type type, const void *x, const void *y, int64_t n_blocks, float *out) {
-    const int n = (int)(n_blocks * 32);
-    if (type == WEIGHTS_Q4_1) {
-        ggml_vec_dot_q4_1_q8_1(n, out, 0, x, 0, y, 0, 1);
-    } else if (type == WEIGHTS_Q8_0) {
-        ggml_vec_dot_q8_0_q8_0(n, out, 0, x, 0, y, 0, 1);
-    } else {
-        ggml_vec_dot_q5_0_q8_0(n, out, 0, x, 0, y, 0, 1);
-    }
-}
-
-/* Thread ith of nth's even share of the rows of A times the single column
- * B: one long run of rows per thread. */
-static void one_column(weights_type type, int ith, int nth, int64_t m, int64_t n_blocks, const void *A, int64_t lda,
-                       const void *B, float *C) {
+/* Rows [i0, i1) of A times the single column y, one output at a time with
+ * the vec_dot ggml's type-traits table holds for the weights (Lugh's, where
+ * x86_vec_dot.c compiled them). */
+static void rows_times_column(weights_type type, int64_t i0, int64_t i1, int64_t n_blocks, const void *A,
+                              int64_t lda, const void *y, float *c) {
+    const enum ggml_type weights = type == WEIGHTS_Q4_1   ? GGML_TYPE_Q4_1
+                                   : type == WEIGHTS_Q8_0 ? GGML_TYPE_Q8_0
+                                                          : GGML_TYPE_Q5_0;
+    const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(weights)->vec_dot;
     const size_t x_bytes = weight_block_bytes(type);
-    for (int64_t i = m * ith / nth; i < m * (ith + 1) / nth; i++) {
-        one_output(type, block_at(A, i * lda, x_bytes), B, n_blocks, C + i);
+    for (int64_t i = i0; i < i1; i++) {
+        vec_dot((int)(n_blocks * 32), c + i, 0, block_at(A, i * lda, x_bytes), 0, y, 0, 1);
     }
 }
 
@@ -319,10 +309,7 @@ static inline __attribute__((always_inline)) void gemm(weights_type type, const 
         }
         /* the last n % TILE_COLUMNS columns, one output at a time */
         for (int64_t j = grouped; j < n; j++) {
-            for (int64_t i = chunk; i < chunk_end; i++) {
-                one_output(type, block_at(A, i * lda, x_bytes), block_at(B, j * ldb, y_bytes), n_blocks,
-                           C + j * ldc + i);
-            }
+            rows_times_column(type, chunk, chunk_end, n_blocks, A, lda, block_at(B, j * ldb, y_bytes), C + j * ldc);
         }
     }
 }
@@ -341,7 +328,8 @@ bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void
         return false;
     }
     if (n == 1) {
-        one_column(type, ith, nth, m, k, A, lda, B, C);
+        /* one long run of rows per thread */
+        rows_times_column(type, m * ith / nth, m * (ith + 1) / nth, k, A, lda, B, C);
         return true;
     }
 #ifdef LUGH_X86_AVX512
