@@ -2,8 +2,8 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
-//!   three of its x86 dot-product kernels and its x86 Q4_1 matrix product
-//!   are Lugh's own, bit-identical and faster (xs-rs/kernels/);
+//!   three of its x86 dot products and its x86 Q4_1, Q8_0 and Q5_0 matrix
+//!   products are Lugh's own, bit-identical and faster (xs-rs/kernels/);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
 use std::env;
@@ -209,8 +209,8 @@ fn build_ggml(g: &Path, out: &Path) {
 
 /// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and
 /// Q5_0 dot products (xs-rs/kernels/x86_vec_dot.c) in ggml's type-traits
-/// table, and its Q4_1, Q8_0 and Q5_0 matrix products (x86_gemm.c) in front of ggml's
-/// llamafile_sgemm. ggml's x86 quants.c and llamafile/sgemm.cpp are compiled
+/// table, and its matrix products for the same types (x86_gemm.c) in front
+/// of ggml's llamafile_sgemm. ggml's x86 quants.c and llamafile/sgemm.cpp are compiled
 /// through wrappers that rename those functions, which Lugh's call where the
 /// processor lacks what its own need or the request is not theirs. Returns
 /// the C files and the C++ wrapper, to compile with the CPU backend's flags.
