@@ -173,8 +173,15 @@ fn build_ggml(g: &Path, out: &Path) {
                 .map(src),
         )
         .define("GGML_USE_CPU", None)
-        .files(["ggml-backend-reg.cpp", "ggml-backend-dl.cpp"].map(src))
-        .compile("ggml_base_cxx");
+        .files(["ggml-backend-reg.cpp", "ggml-backend-dl.cpp"].map(src));
+    // the registry lists the optional backends compiled in
+    for backend in OPTIONAL_BACKENDS.iter().filter(|b| b.enabled()) {
+        base_cxx.define(backend.define, None);
+    }
+    base_cxx.compile("ggml_base_cxx");
+    for backend in OPTIONAL_BACKENDS.iter().filter(|b| b.enabled()) {
+        (backend.build)(g, &mut setup(true, false));
+    }
 
     let mut cpu_cxx = setup(true, true);
     cpu_cxx.files(
@@ -205,6 +212,68 @@ fn build_ggml(g: &Path, out: &Path) {
     for lib in ["pthread", "m", "dl"] {
         println!("cargo:rustc-link-lib={lib}");
     }
+}
+
+/// A ggml backend chosen at build time by a cargo feature (Makefile.PL
+/// turns LUGH_BACKENDS=blas,rpc into `--features blas,rpc`).
+struct OptionalBackend {
+    feature: &'static str,
+    /// What ggml-backend-reg.cpp needs defined to register it.
+    define: &'static str,
+    /// Compiles it with a C++ build set up like ggml's own.
+    build: fn(&Path, &mut cc::Build),
+}
+
+impl OptionalBackend {
+    fn enabled(&self) -> bool {
+        env::var_os(format!("CARGO_FEATURE_{}", self.feature.to_uppercase())).is_some()
+    }
+}
+
+const OPTIONAL_BACKENDS: &[OptionalBackend] = &[
+    OptionalBackend { feature: "blas", define: "GGML_USE_BLAS", build: build_blas },
+    OptionalBackend { feature: "rpc", define: "GGML_USE_RPC", build: build_rpc },
+];
+
+/// ggml's BLAS backend over OpenBLAS (found with pkg-config, else
+/// -lopenblas on the default paths).
+fn build_blas(g: &Path, b: &mut cc::Build) {
+    let pkg = |arg: &str| {
+        Command::new("pkg-config")
+            .args([arg, "openblas"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(String::from).collect::<Vec<_>>())
+    };
+    for flag in pkg("--cflags").unwrap_or_default() {
+        b.flag(&flag);
+    }
+    b.define("GGML_BLAS_USE_OPENBLAS", None).file(g.join("src/ggml-blas/ggml-blas.cpp")).compile("ggml_blas");
+    match pkg("--libs") {
+        Some(libs) => {
+            for lib in libs {
+                if let Some(dir) = lib.strip_prefix("-L") {
+                    println!("cargo:rustc-link-search=native={dir}");
+                } else if let Some(name) = lib.strip_prefix("-l") {
+                    println!("cargo:rustc-link-lib={name}");
+                }
+            }
+        }
+        None => println!("cargo:rustc-link-lib=openblas"),
+    }
+}
+
+/// ggml's RPC backend (client and server), through Lugh's glue: a server
+/// that goes away is an error for the session, not an abort (see
+/// vendor/ggml/rpc-client.cpp).
+fn build_rpc(g: &Path, b: &mut cc::Build) {
+    for file in ["rpc-client.cpp", "rpc-transport.cpp"] {
+        println!("cargo:rerun-if-changed=vendor/ggml/{file}");
+    }
+    b.include(g.join("src/ggml-rpc"))
+        .files(["vendor/ggml/rpc-client.cpp", "vendor/ggml/rpc-transport.cpp"])
+        .compile("ggml_rpc");
 }
 
 /// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and

@@ -118,11 +118,47 @@ sub metal_available {
     return (grep { $_ =~ $METAL } available_backends()) ? 1 : 0;
 }
 
+sub has_rpc {
+    Lugh::_croak('Usage: Lugh::has_rpc()') if @_;
+    return (grep { $_ eq 'RPC' } _registered_backends()) ? 1 : 0;
+}
+
+sub rpc_server {
+    my %opt = Lugh::_options('Lugh::rpc_server',
+        { host => '127.0.0.1', port => 50052, backend => 'auto', threads => undef, cache => undef, announce => undef }, @_);
+    my $announce = $opt{announce} // sub { warn "$_[0]\n" };
+    Lugh::_croak('Lugh::rpc_server: announce must be a CODE reference') unless ref $announce eq 'CODE';
+    my $threads = $opt{threads} // cpu_features()->{n_cpus};
+    for my $name (qw(port threads)) {
+        my ($value, $max) = ($name eq 'port' ? $opt{port} : $threads, $name eq 'port' ? 65535 : 512);
+        Lugh::_croak("Lugh::rpc_server: $name must be an integer in 1..$max, got " . ($value // 'undef'))
+            unless defined $value && $value =~ /\A[0-9]+\z/ && $value >= 1 && $value <= $max;
+    }
+    my @devices = eval { _rpc_devices($opt{backend}) };
+    if (!@devices) {
+        (my $why = $@) =~ s/ at \S+ line \d+\.\n\z//;
+        $why =~ s/\A[\w:]+: //;
+        Lugh::_croak("Lugh::rpc_server: $why");
+    }
+    Lugh::_croak("Lugh::rpc_server: this Lugh was built without ggml's RPC backend: rebuild it with"
+        . ' LUGH_BACKENDS=rpc perl Makefile.PL') unless has_rpc();
+    if ($opt{host} !~ /\A(?:127(?:\.\d{1,3}){3}|localhost)\z/) {
+        $announce->("WARNING: the RPC server listens on $opt{host}:$opt{port}, beyond this machine. ggml's RPC "
+            . 'protocol has no authentication and no encryption: anyone who reaches the port can run computations '
+            . 'here and read and write its memory buffers. Use it only on a network you trust.');
+    }
+    $announce->("RPC server on $opt{host}:$opt{port}: " . join(', ', @devices) . ", $threads threads");
+    _rpc_server($opt{host}, $opt{port}, $opt{backend}, $threads, $opt{cache});
+    return;
+}
+
 sub backend_info {
     my ($name) = @_;
     Lugh::_croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
     my %info = _backend_info($name);
     return undef unless %info;
+    my @keys = qw(name description memory_free memory_total);
+    $info{devices} = [ map { my $d = $_; +{ map { $keys[$_] => $d->[$_] } 0 .. $#keys } } @{ $info{devices} } ];
     $info{kernel_variant} = cpu_features()->{variant} if $info{name} eq 'CPU';
     return \%info;
 }
@@ -290,6 +326,38 @@ GPUs), whether or not a Metal device is present.
 
 True when the Metal backend is compiled in and has a usable device.
 
+=head2 has_rpc
+
+    print Lugh::has_rpc() ? "RPC built in\n" : "rebuild with LUGH_BACKENDS=rpc\n";
+
+True when this build has ggml's RPC backend (C<LUGH_BACKENDS=rpc perl
+Makefile.PL>): sessions can put layers on RPC servers (C<rpc> of
+L<Lugh::Inference/new>) and L</rpc_server> serves this machine's devices.
+RPC is not listed by L</available_backends>: its devices are those of the
+servers a session names.
+
+=head2 rpc_server
+
+    # serves until the process is killed; on a private network:
+    Lugh::rpc_server(host => '10.0.0.2', port => 50052) if Lugh::has_rpc() && @ARGV;
+
+Offers this machine's devices to other machines over ggml's RPC protocol, as
+llama.cpp's C<rpc-server> does (the two interoperate); C<lugh rpc-server> is
+this function on the command line. Options: C<host> (default C<127.0.0.1>),
+C<port> (default 50052), C<backend> (whose devices to offer; default
+C<auto>: the GPUs if there are any, else the CPU), C<threads> (CPU threads;
+default the CPUs available), C<cache> (a directory where the server keeps the
+large tensors it was sent, so that a client sending them again sends only
+their hash), C<announce> (a code reference given each line the server has to
+say before it starts; default: C<warn>). It returns only by croaking: when
+Lugh was built without RPC, on a bad option, an unknown backend, or an
+address it cannot listen on.
+
+ggml's RPC protocol has no authentication and no encryption: anyone who can
+reach the port can run computations on this machine and read and write its
+buffers. Bind to a loopback address (the default) or a network you trust;
+for any other host the announcement starts with a warning saying so.
+
 =head2 backend_available
 
     print "CUDA here\n" if Lugh::backend_available('CUDA');
@@ -308,10 +376,15 @@ else the CPU.
     my $info = Lugh::backend_info('CPU');
     print "$info->{name}: $info->{description} ($info->{device_count} device)\n";
 
-A hash reference C<< {name, type, is_gpu, device_count, description} >> for an
-available backend, or undef for one that is not. C<type> is the kind of its
-first device: C<CPU>, C<GPU>, C<IGPU> or C<ACCEL>. The CPU backend's hash also
-has C<kernel_variant>, as L</cpu_features> gives it.
+A hash reference C<< {name, type, is_gpu, device_count, description,
+memory_free, memory_total, devices} >> for an available backend, or undef for
+one that is not. C<type> is the kind of its first device: C<CPU>, C<GPU>,
+C<IGPU> or C<ACCEL> (an accelerator such as BLAS, which takes some of the
+CPU's operations). C<memory_free> and C<memory_total> are bytes over all its
+devices, as the backend reports them (the CPU's are the machine's memory; 0
+where a backend has none of its own), and C<devices> is an array of C<{name,
+description, memory_free, memory_total}>, one per device. The CPU backend's
+hash also has C<kernel_variant>, as L</cpu_features> gives it.
 
 =head2 cpu_features
 

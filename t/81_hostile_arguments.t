@@ -133,6 +133,9 @@ my %CALLS = (
     'Lugh::cpu_features'           => sub { () },
     'Lugh::ggml_version'           => sub { () },
     'Lugh::has_metal'              => sub { () },
+    'Lugh::has_rpc'                => sub { () },
+    # a backend that does not exist: the server never starts (it would not return)
+    'Lugh::rpc_server'             => sub { (port => 50052, threads => 1, backend => 'no-such-backend') },
     'Lugh::metal_available'        => sub { () },
     'Lugh::srand'                  => sub { (42) },
     'Lugh::supported_architectures' => sub { () },
@@ -185,6 +188,7 @@ my %CALLS = (
     },
     'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
     'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
+    'Lugh::Inference::devices'     => sub { ($inf) },
     'Lugh::Inference::logprobs'    => sub { ($inf, [ 1, 2, 3 ], top => 2, parse_special => 0) },
     'Lugh::Inference::perplexity'  => sub { ($inf, [ (1 .. 8) x 2 ], n_ctx => 8, n_chunks => 2, parse_special => 0) },
     'Lugh::Inference::embed'       => sub { ($inf, [ 1, 2, 3 ], pooling => 'mean', normalize => 1) },

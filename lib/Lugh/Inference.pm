@@ -118,6 +118,11 @@ sub last_stats {
 sub logprobs   { my $self = shift; return { _logprobs($self, @_) } }
 sub perplexity { my $self = shift; return { _perplexity($self, @_) } }
 
+sub devices {
+    Lugh::_croak('Usage: $inference->devices') unless @_ == 1 && ref $_[0];
+    return map { +{ name => $_->[0], description => $_->[1], layers => $_->[2] } } _devices($_[0]);
+}
+
 sub profile {
     my ($self, @args) = @_;
     my %opt = Lugh::_options('Lugh::Inference->profile', { reset => 0 }, @args);
@@ -187,7 +192,7 @@ Lugh::Inference - run a model: logits, sampling, generation, KV caches
 
 =head1 DESCRIPTION
 
-A Lugh::Inference is a session over a L<Lugh::Model> on one ggml backend: it
+A Lugh::Inference is a session over a L<Lugh::Model> on ggml's backends: it
 computes next-token logits exactly the way llama.cpp does (the same graph on
 the same ggml), keeps K/V caches so that generation costs one token per step,
 and samples.
@@ -214,6 +219,40 @@ context (before anything is computed).
         flash_attn => 'auto',     # 0, 1 or 'auto' (as llama.cpp decides)
         n_batch    => 512,        # prompt tokens per graph evaluation (default 512)
     );
+
+Where the layers go (the options of llama.cpp's of these names; only devices
+that take whole layers count: GPUs and RPC servers, not the CPU or BLAS):
+
+    my $split = Lugh::Inference->new(
+        model        => $model,
+        rpc          => ['10.0.0.2:50052', '10.0.0.3:50052'],   # or '10.0.0.2:50052,10.0.0.3:50052'
+        rpc_timeout  => 60,       # seconds a server may take to answer (0: no limit)
+        n_gpu_layers => 20,       # the last 20 of n_layer + 1 on the devices (default: all)
+        tensor_split => [1, 1],   # their shares, in device order (default: by free memory)
+        # main_device => 0,       # or: every offloaded layer on that one device
+    ) if Lugh::has_rpc() && @ARGV;
+
+C<backend> picks the local devices: C<auto> every GPU and accelerator there
+is (as llama.cpp uses all it finds), C<CPU> none, another name that backend's
+devices. The devices of the C<rpc> servers (see L<Lugh/rpc_server>; llama.cpp's
+C<rpc-server> serves too) come first in the device list, in the order given,
+then the local GPUs. Of the model's n_layer + 1 layers (the output projection
+counts as the last) the last C<n_gpu_layers> go to the devices, shared out in
+the proportions of C<tensor_split> (one number per device; by default each
+device's free memory), each device taking a run of consecutive layers; the
+token embeddings and the other layers stay on the CPU. C<main_device> puts
+every offloaded layer on that one device instead (llama.cpp's
+C<--split-mode none>). Weights and KV cache live with their layer; ggml's
+scheduler moves activations between devices and runs on the CPU what a device
+cannot. C<< $inference->devices >> tells the outcome. C<n_gpu_layers> with no
+device to take layers leaves everything on the CPU; C<tensor_split> and
+C<main_device> then croak, as they do when they do not fit the devices.
+
+A server that cannot be reached croaks here, naming it. One that exits or
+does not answer within C<rpc_timeout> later makes the call under way croak
+(naming the server; no token of that step reaches a callback), and every later
+call on this session croak the same way: make a new session once the server is
+back. The rest of the process (other sessions, other objects) carries on.
 
 Croaks when the model's architecture is not supported (naming it and those
 that are, L<Lugh/supported_architectures>), when the
@@ -249,6 +288,19 @@ The hyperparameters the session runs the model with, as the engine resolved
 them (defaults filled in: C<n_head_kv> is C<n_head> when the file has none,
 C<head_dim> is C<n_embd / n_head> unless the file gives C<key_length>).
 C<architecture> is the row of L<Lugh/supported_architectures> in use.
+
+=head2 devices
+
+    for my $device ($inference->devices) {
+        printf "%s (%s): %d layers\n", @$device{qw(name description layers)};
+    }
+    # CPU (AMD EPYC 7B13): 30 layers
+
+The devices that hold the session's layers, as hashes C<{name, description,
+layers}>, in device order, the CPU last (when it holds any): C<RPC0> and
+C<RPC1> for the first two RPC servers' devices (described by their
+C<host:port>), C<Vulkan0> ... for local GPUs. The layer counts add up to
+C<n_layer>; the output layer is on the last device.
 
 =head2 model
 

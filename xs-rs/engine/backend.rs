@@ -11,6 +11,11 @@ pub struct BackendInfo {
     pub is_gpu: bool,
     pub device_count: usize,
     pub description: String,
+    /// Bytes free and in all over its devices, as the backend reports them.
+    pub memory_free: usize,
+    pub memory_total: usize,
+    /// (name, description, free, total) of each device.
+    pub devices: Vec<(String, String, usize, usize)>,
 }
 
 /// Installs ggml's log hook once (silent unless LUGH_DEBUG is set), and its
@@ -83,12 +88,28 @@ pub fn available() -> Vec<BackendInfo> {
             }
             let dev = sys::ggml_backend_reg_dev_get(reg, 0);
             let t = sys::ggml_backend_dev_type(dev);
+            let devices: Vec<(String, String, usize, usize)> = (0..device_count)
+                .map(|d| {
+                    let dev = sys::ggml_backend_reg_dev_get(reg, d);
+                    let (mut free, mut total) = (0usize, 0usize);
+                    sys::ggml_backend_dev_memory(dev, &mut free, &mut total);
+                    (
+                        sys::c_str(sys::ggml_backend_dev_name(dev)),
+                        sys::c_str(sys::ggml_backend_dev_description(dev)),
+                        free,
+                        total,
+                    )
+                })
+                .collect();
             Some(BackendInfo {
                 name: sys::c_str(sys::ggml_backend_reg_name(reg)),
                 kind: kind_name(t),
                 is_gpu: t == sys::GGML_BACKEND_DEVICE_TYPE_GPU || t == sys::GGML_BACKEND_DEVICE_TYPE_IGPU,
                 device_count,
                 description: sys::c_str(sys::ggml_backend_dev_description(dev)),
+                memory_free: devices.iter().map(|d| d.2).sum(),
+                memory_total: devices.iter().map(|d| d.3).sum(),
+                devices,
             })
         })
         .collect()

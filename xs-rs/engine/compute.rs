@@ -5,7 +5,7 @@
 //! a step of the same shape over the same caches (token generation, mostly)
 //! reuses it, as llama.cpp reuses its graphs, instead of building anew.
 use super::ggml_ops::GraphCtx;
-use super::ggml_runtime::{BufferType, Device, Gallocr};
+use super::ggml_runtime::{Backend, BackendHandles, Backends, BufferType, Device, Gallocr, Sched};
 use super::graph::{ForwardGraph, Head};
 use super::{Error, Result};
 
@@ -49,8 +49,8 @@ impl BatchShape {
 }
 
 pub struct ComputePool {
-    galloc: Option<Gallocr>,
-    buft: BufferType,
+    allocator: Option<Allocator>,
+    target: Target,
     backend_name: String,
     reserved: Option<BatchShape>,
     n_allocations: usize,
@@ -58,6 +58,43 @@ pub struct ComputePool {
     last_graph: Option<(GraphKey, ForwardGraph)>,
     /// Kept between steps so that a step allocates nothing once warm.
     pub(crate) scratch: StepScratch,
+}
+
+/// Where a pool's graphs run.
+#[derive(Clone)]
+pub enum Target {
+    /// One backend: ggml's graph allocator over its buffer type.
+    Single(BufferType),
+    /// Several (devices, accelerators, the CPU): ggml's scheduler.
+    Scheduled(BackendHandles),
+}
+
+enum Allocator {
+    Graph(Gallocr),
+    Sched(Sched),
+}
+
+/// What runs a session's graphs: its one backend, or its backends together.
+pub enum Executor {
+    Single(Backend),
+    Scheduled(Backends),
+}
+
+impl Executor {
+    /// The pool target for graphs run here.
+    pub fn target(&self) -> Target {
+        match self {
+            Executor::Single(b) => Target::Single(b.default_buffer_type()),
+            Executor::Scheduled(list) => Target::Scheduled(list.handles()),
+        }
+    }
+
+    pub fn set_n_threads(&mut self, n: usize) {
+        match self {
+            Executor::Single(b) => b.set_n_threads(n),
+            Executor::Scheduled(list) => list.list.iter_mut().for_each(|b| b.set_n_threads(n)),
+        }
+    }
 }
 
 /// The buffers a step's inputs are assembled in.
@@ -84,10 +121,10 @@ pub struct GraphKey {
 }
 
 impl ComputePool {
-    pub(crate) fn new(buft: BufferType, backend_name: String) -> ComputePool {
+    pub(crate) fn new(target: Target, backend_name: String) -> ComputePool {
         ComputePool {
-            galloc: None,
-            buft,
+            allocator: None,
+            target,
             backend_name,
             reserved: None,
             n_allocations: 0,
@@ -100,7 +137,7 @@ impl ComputePool {
     /// Frees the allocation; the next forward makes a new one.
     pub fn reset(&mut self) {
         self.last_graph = None;
-        self.galloc = None;
+        self.allocator = None;
         self.reserved = None;
         self.buffer_size = 0;
     }
@@ -124,8 +161,11 @@ impl ComputePool {
     pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape) -> Result<()> {
         // the buffer may move: the kept graph's placement would be stale
         self.last_graph = None;
-        let galloc = self.allocator()?;
-        if !galloc.reserve(worst) {
+        let reserved = match self.allocator_for(worst)? {
+            Allocator::Graph(g) => g.reserve(worst),
+            Allocator::Sched(s) => s.reserve(worst),
+        };
+        if !reserved {
             return Err(Error::Ggml("cannot reserve the compute buffer (out of memory?)".into()));
         }
         self.note_size();
@@ -152,8 +192,11 @@ impl ComputePool {
     /// keeps the graph for reuse under `key`.
     pub(crate) fn allocate(&mut self, key: GraphKey, graph: ForwardGraph) -> Result<()> {
         self.last_graph = None;
-        let galloc = self.allocator()?;
-        if !galloc.alloc_graph(&graph.g) {
+        let allocated = match self.allocator_for(&graph.g)? {
+            Allocator::Graph(g) => g.alloc_graph(&graph.g),
+            Allocator::Sched(s) => s.alloc_graph(&graph.g),
+        };
+        if !allocated {
             return Err(Error::Ggml("cannot allocate the compute graph (out of memory?)".into()));
         }
         self.note_size();
@@ -161,17 +204,51 @@ impl ComputePool {
         Ok(())
     }
 
-    fn allocator(&mut self) -> Result<&mut Gallocr> {
-        if self.galloc.is_none() {
-            let g = Gallocr::new(self.buft).ok_or_else(|| Error::Ggml("cannot create a graph allocator".into()))?;
-            self.galloc = Some(g);
+    /// Runs the graph allocated last on `exec` (the executor this pool's
+    /// target was taken from); false when a backend reports a failure.
+    pub(crate) fn compute(&mut self, exec: &mut Executor) -> bool {
+        let Some((_, graph)) = &self.last_graph else {
+            return false;
+        };
+        match (exec, &mut self.allocator) {
+            (Executor::Single(backend), Some(Allocator::Graph(_))) => backend.compute(&graph.g),
+            (Executor::Scheduled(backends), Some(Allocator::Sched(sched))) => backends.compute(sched, &graph.g),
+            _ => false,
         }
-        Ok(self.galloc.as_mut().unwrap())
+    }
+
+    /// The allocator, made on first use; a scheduler is made anew for a
+    /// graph larger than it was sized for (the reservation goes with it).
+    fn allocator_for(&mut self, graph: &GraphCtx) -> Result<&mut Allocator> {
+        let stale = match (&self.allocator, &self.target) {
+            (None, _) => true,
+            (Some(Allocator::Sched(s)), _) => s.graph_size() < graph.capacity(),
+            _ => false,
+        };
+        if stale {
+            self.allocator = Some(match &self.target {
+                Target::Single(buft) => Allocator::Graph(
+                    Gallocr::new(*buft).ok_or_else(|| Error::Ggml("cannot create a graph allocator".into()))?,
+                ),
+                Target::Scheduled(handles) => Allocator::Sched(
+                    Sched::new(handles, graph.capacity())
+                        .ok_or_else(|| Error::Ggml("cannot create ggml's backend scheduler".into()))?,
+                ),
+            });
+            if matches!(self.target, Target::Scheduled(_)) {
+                self.reserved = None;
+            }
+        }
+        Ok(self.allocator.as_mut().expect("made above"))
     }
 
     /// Counts a new compute buffer whenever the allocator's buffer grew.
     fn note_size(&mut self) {
-        let size = self.galloc.as_ref().map_or(0, Gallocr::buffer_size);
+        let size = match &self.allocator {
+            Some(Allocator::Graph(g)) => g.buffer_size(),
+            Some(Allocator::Sched(s)) => s.buffer_size(),
+            None => 0,
+        };
         if size > self.buffer_size {
             self.n_allocations += 1;
         }

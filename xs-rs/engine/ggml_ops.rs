@@ -500,6 +500,12 @@ impl GraphCtx {
         unsafe { ggml_graph_reset(self.graph) }
     }
 
+    /// The most nodes the graph has room for.
+    pub fn capacity(&self) -> usize {
+        // SAFETY: the graph is live.
+        unsafe { ggml_graph_size(self.graph) as usize }
+    }
+
     pub(crate) fn graph_ptr(&self) -> *mut ggml_cgraph {
         self.graph
     }

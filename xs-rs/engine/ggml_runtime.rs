@@ -10,6 +10,7 @@ use super::ggml_sys::{ggml_backend_reg_t, ggml_backend_t, ggml_cgraph, ggml_cont
 use std::ffi::{c_char, c_int, c_void};
 
 type ggml_gallocr_t = *mut c_void;
+type ggml_backend_sched_t = *mut c_void;
 type ggml_backend_dev_get_extra_bufts_t =
     unsafe extern "C" fn(dev: ggml_backend_dev_t) -> *mut ggml_backend_buffer_type_t;
 type ggml_backend_set_n_threads_t = unsafe extern "C" fn(backend: ggml_backend_t, n_threads: c_int);
@@ -21,6 +22,7 @@ const GGML_STATUS_SUCCESS: c_int = 0;
 
 extern "C" {
     fn ggml_backend_dev_backend_reg(dev: ggml_backend_dev_t) -> ggml_backend_reg_t;
+    fn ggml_backend_get_device(backend: ggml_backend_t) -> ggml_backend_dev_t;
     fn ggml_backend_reg_get_proc_address(reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void;
     fn ggml_backend_dev_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
     fn ggml_backend_dev_supports_op(dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool;
@@ -46,6 +48,21 @@ extern "C" {
     fn ggml_threadpool_free(threadpool: ggml_threadpool_t);
     fn ggml_backend_is_cpu(backend: ggml_backend_t) -> bool;
     fn ggml_backend_cpu_set_threadpool(backend: ggml_backend_t, threadpool: ggml_threadpool_t);
+
+    fn ggml_backend_sched_new(
+        backends: *mut ggml_backend_t,
+        bufts: *mut ggml_backend_buffer_type_t,
+        n_backends: c_int,
+        graph_size: usize,
+        parallel: bool,
+        op_offload: bool,
+    ) -> ggml_backend_sched_t;
+    fn ggml_backend_sched_free(sched: ggml_backend_sched_t);
+    fn ggml_backend_sched_reserve(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool;
+    fn ggml_backend_sched_alloc_graph(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool;
+    fn ggml_backend_sched_reset(sched: ggml_backend_sched_t);
+    fn ggml_backend_sched_graph_compute(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> c_int;
+    fn ggml_backend_sched_get_buffer_size(sched: ggml_backend_sched_t, backend: ggml_backend_t) -> usize;
 
     fn ggml_gallocr_new(buft: ggml_backend_buffer_type_t) -> ggml_gallocr_t;
     fn ggml_gallocr_free(galloc: ggml_gallocr_t);
@@ -97,9 +114,78 @@ impl Device {
         None
     }
 
+    /// Every device of every backend in ggml's registry, in registry order.
+    pub fn all() -> Vec<Device> {
+        super::backend::init_logging();
+        // SAFETY: registry queries; indices are below the counts ggml reports.
+        unsafe {
+            (0..sys::ggml_backend_reg_count())
+                .flat_map(|i| {
+                    let reg = sys::ggml_backend_reg_get(i);
+                    (0..sys::ggml_backend_reg_dev_count(reg))
+                        .map(move |d| Device(sys::ggml_backend_reg_dev_get(reg, d)))
+                })
+                .collect()
+        }
+    }
+
+    /// The devices of a backend registry entry that is not in ggml's
+    /// registry (an RPC server's).
+    ///
+    /// # Safety
+    /// `reg` must be a live registry entry that outlives the devices.
+    #[cfg(feature = "rpc")]
+    pub unsafe fn of_reg(reg: ggml_backend_reg_t) -> Vec<Device> {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            (0..sys::ggml_backend_reg_dev_count(reg)).map(|d| Device(sys::ggml_backend_reg_dev_get(reg, d))).collect()
+        }
+    }
+
     pub fn is_cpu(&self) -> bool {
+        self.type_code() == sys::GGML_BACKEND_DEVICE_TYPE_CPU
+    }
+
+    /// A GPU (discrete or integrated), or a remote device (ggml's RPC
+    /// devices say GPU): a device that takes whole layers.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self.type_code(), sys::GGML_BACKEND_DEVICE_TYPE_GPU | sys::GGML_BACKEND_DEVICE_TYPE_IGPU)
+    }
+
+    /// An accelerator that takes some operations of the CPU's (BLAS).
+    pub fn is_accel(&self) -> bool {
+        self.type_code() == sys::GGML_BACKEND_DEVICE_TYPE_ACCEL
+    }
+
+    fn type_code(&self) -> c_int {
         // SAFETY: the device is a live registry entry.
-        unsafe { sys::ggml_backend_dev_type(self.0) == sys::GGML_BACKEND_DEVICE_TYPE_CPU }
+        unsafe { sys::ggml_backend_dev_type(self.0) }
+    }
+
+    /// The device's name ("CPU", "RPC0", "Vulkan0" ...).
+    pub fn name(&self) -> String {
+        // SAFETY: the device is live; ggml returns its own string.
+        unsafe { sys::c_str(sys::ggml_backend_dev_name(self.0)) }
+    }
+
+    pub fn description(&self) -> String {
+        // SAFETY: as above.
+        unsafe { sys::c_str(sys::ggml_backend_dev_description(self.0)) }
+    }
+
+    /// The name of the backend the device belongs to ("CPU", "BLAS", "RPC").
+    pub fn backend_name(&self) -> String {
+        // SAFETY: the device is live, and so is its registry entry.
+        unsafe { sys::c_str(sys::ggml_backend_reg_name(ggml_backend_dev_backend_reg(self.0))) }
+    }
+
+    /// (free, total) bytes of the device's memory, as its backend reports them
+    /// (an RPC device asks its server).
+    pub fn memory(&self) -> (usize, usize) {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: the device is live; both pointers are valid.
+        unsafe { sys::ggml_backend_dev_memory(self.0, &mut free, &mut total) };
+        (free, total)
     }
 
     /// The device's own (default) buffer type.
@@ -139,22 +225,17 @@ impl Device {
         unsafe { ggml_backend_dev_supports_op(self.0, op.0) }
     }
 
+    /// The raw handle, for ggml calls made outside this module.
+    #[cfg(feature = "rpc")]
+    pub fn raw(&self) -> ggml_backend_dev_t {
+        self.0
+    }
+
     pub fn init_backend(&self) -> Option<Backend> {
         // SAFETY: the device is live; null on failure.
         let ptr = unsafe { sys::ggml_backend_dev_init(self.0, std::ptr::null()) };
-        if ptr.is_null() {
-            return None;
-        }
-        // SAFETY: as above.
-        let reg = unsafe { ggml_backend_dev_backend_reg(self.0) };
-        // SAFETY: the proc address, when present, has the documented type.
-        let set_threads = unsafe {
-            let f = ggml_backend_reg_get_proc_address(reg, c"ggml_backend_set_n_threads".as_ptr());
-            (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f))
-        };
-        // SAFETY: the backend is live.
-        let is_cpu = unsafe { ggml_backend_is_cpu(ptr) };
-        Some(Backend { ptr, set_threads, is_cpu, n_threads: 1, threadpool: None })
+        // SAFETY: a live backend of this device, owned from here on.
+        (!ptr.is_null()).then(|| unsafe { Backend::from_raw(ptr) })
     }
 }
 
@@ -208,6 +289,41 @@ impl Drop for Threadpool {
 unsafe impl Send for Backend {}
 
 impl Backend {
+    /// Takes ownership of a backend ggml made.
+    ///
+    /// # Safety
+    /// `ptr` must be a live backend that nothing else frees.
+    pub unsafe fn from_raw(ptr: ggml_backend_t) -> Backend {
+        // SAFETY: as the caller guarantees; the proc address, when present,
+        // has the documented type.
+        let (set_threads, is_cpu) = unsafe {
+            let reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(ptr));
+            let f = ggml_backend_reg_get_proc_address(reg, c"ggml_backend_set_n_threads".as_ptr());
+            let set_threads =
+                (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ggml_backend_set_n_threads_t>(f));
+            (set_threads, ggml_backend_is_cpu(ptr))
+        };
+        Backend { ptr, set_threads, is_cpu, n_threads: 1, threadpool: None }
+    }
+
+    /// Runs `compute` with the CPU's threads granted (see cpu_budget) and
+    /// set on this backend; other backends run it as it is.
+    fn with_cpu_grant<R>(&mut self, compute: impl FnOnce() -> R) -> R {
+        self.ensure_threadpool();
+        let _grant = if self.is_cpu {
+            let grant = super::cpu_budget::acquire(self.n_threads);
+            if let Some(f) = self.set_threads {
+                // SAFETY: f is the backend's own setter, the backend is live;
+                // the kept pool has at least grant.n workers.
+                unsafe { f(self.ptr, grant.n as c_int) }
+            }
+            Some(grant)
+        } else {
+            None
+        };
+        compute()
+    }
+
     /// Sets the threads the graphs run on.
     pub fn set_n_threads(&mut self, n: usize) {
         self.n_threads = n;
@@ -241,20 +357,9 @@ impl Backend {
     /// On the CPU it runs on as many of its threads as the process has CPUs
     /// free (see cpu_budget), the kept pool's other workers idle.
     pub fn compute(&mut self, graph: &GraphCtx) -> bool {
-        self.ensure_threadpool();
-        let _grant = if self.is_cpu {
-            let grant = super::cpu_budget::acquire(self.n_threads);
-            if let Some(f) = self.set_threads {
-                // SAFETY: f is the backend's own setter, the backend is live;
-                // the kept pool has at least grant.n workers.
-                unsafe { f(self.ptr, grant.n as c_int) }
-            }
-            Some(grant)
-        } else {
-            None
-        };
+        let ptr = self.ptr;
         // SAFETY: the graph's tensors are allocated (by a Gallocr) and live.
-        unsafe { ggml_backend_graph_compute(self.ptr, graph.graph_ptr()) == GGML_STATUS_SUCCESS }
+        self.with_cpu_grant(|| unsafe { ggml_backend_graph_compute(ptr, graph.graph_ptr()) == GGML_STATUS_SUCCESS })
     }
 }
 
@@ -262,6 +367,113 @@ impl Drop for Backend {
     fn drop(&mut self) {
         // SAFETY: freed once.
         unsafe { sys::ggml_backend_free(self.ptr) }
+    }
+}
+
+/// The backends of a session that spans several devices, the CPU last
+/// (ggml's scheduler gives an op to the first backend that holds its
+/// weights and runs it, and the CPU runs everything).
+pub struct Backends {
+    pub list: Vec<Backend>,
+}
+
+/// The backends a scheduler is made over (not owned: their `Backends`
+/// outlives every scheduler made from these).
+#[derive(Clone)]
+pub struct BackendHandles(Vec<ggml_backend_t>);
+
+// SAFETY: plain handles; used only to make schedulers, under their owner's lock.
+unsafe impl Send for BackendHandles {}
+// SAFETY: as above.
+unsafe impl Sync for BackendHandles {}
+
+impl Backends {
+    pub fn handles(&self) -> BackendHandles {
+        BackendHandles(self.list.iter().map(|b| b.ptr).collect())
+    }
+
+    /// Runs `graph` on `sched` (allocated there), the CPU's threads granted.
+    pub fn compute(&mut self, sched: &mut Sched, graph: &GraphCtx) -> bool {
+        let sched_ptr = sched.ptr;
+        let cpu = self.list.last_mut().expect("the CPU backend");
+        // SAFETY: the graph is allocated by this scheduler, whose backends
+        // are these (alive: the scheduler is dropped first by its owners).
+        cpu.with_cpu_grant(|| unsafe { sys_sched_compute(sched_ptr, graph.graph_ptr()) })
+    }
+}
+
+/// ggml's graph computation through its scheduler; false on a failure the
+/// backends report (an RPC server that stopped answering is noticed by its
+/// own check, see rpc.rs).
+unsafe fn sys_sched_compute(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe { ggml_backend_sched_graph_compute(sched, graph) == GGML_STATUS_SUCCESS }
+}
+
+/// ggml's backend scheduler over a session's backends: splits a graph by
+/// where its weights live, copies activations between devices, and keeps
+/// one compute buffer per backend.
+pub struct Sched {
+    ptr: ggml_backend_sched_t,
+    graph_size: usize,
+    backends: Vec<ggml_backend_t>,
+}
+
+// SAFETY: used by one thread at a time (owned by a pool behind &mut or a Mutex).
+unsafe impl Send for Sched {}
+
+impl Sched {
+    /// A scheduler for graphs of up to `graph_size` nodes over `backends`
+    /// (which must outlive it).
+    pub fn new(backends: &BackendHandles, graph_size: usize) -> Option<Sched> {
+        let mut ptrs = backends.0.clone();
+        // SAFETY: the backends are live; null buffer types = each backend's
+        // default; not parallel (one copy of the inputs); ops whose weights
+        // sit on the CPU may be offloaded to a device, as llama.cpp allows.
+        let ptr = unsafe {
+            ggml_backend_sched_new(
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+                ptrs.len() as c_int,
+                graph_size,
+                false,
+                true,
+            )
+        };
+        (!ptr.is_null()).then_some(Sched { ptr, graph_size, backends: ptrs })
+    }
+
+    pub fn graph_size(&self) -> usize {
+        self.graph_size
+    }
+
+    /// Reserves every backend's compute buffer for `graph`.
+    pub fn reserve(&mut self, graph: &GraphCtx) -> bool {
+        // SAFETY: the graph is live and unallocated.
+        unsafe { ggml_backend_sched_reserve(self.ptr, graph.graph_ptr()) }
+    }
+
+    /// Splits `graph` between the backends and allocates it.
+    pub fn alloc_graph(&mut self, graph: &GraphCtx) -> bool {
+        // SAFETY: the scheduler and the graph are live; reset first drops the
+        // previous graph's placement, as ggml requires.
+        unsafe {
+            ggml_backend_sched_reset(self.ptr);
+            ggml_backend_sched_alloc_graph(self.ptr, graph.graph_ptr())
+        }
+    }
+
+    /// The bytes of the compute buffers, all backends together.
+    pub fn buffer_size(&self) -> usize {
+        // SAFETY: the scheduler and its backends are live.
+        self.backends.iter().map(|&b| unsafe { ggml_backend_sched_get_buffer_size(self.ptr, b) }).sum()
+    }
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        // SAFETY: freed once, before the backends (see Sched::new).
+        unsafe { ggml_backend_sched_free(self.ptr) }
     }
 }
 

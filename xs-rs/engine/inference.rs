@@ -6,13 +6,14 @@
 //! the device, the backend); the mutable state of a conversation lives in a
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use super::arch::{self, ArchSpec, HParams};
-use super::compute::{BatchShape, StepScratch};
+use super::compute::{BatchShape, Executor, StepScratch, Target};
 use super::ggml_ops::{Ctx, GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
-use super::ggml_runtime::{self as rt, Backend, BufferType, Device};
+use super::ggml_runtime::{self as rt, Backends, BufferType, Device};
 use super::graph::{Blueprint, Head, Segment};
 use super::kv_cache::CacheLayout;
 use super::lora::{AdapterUses, LoraAdapter};
 use super::model::Model;
+use super::placement::{Part, Placement, SplitRequest};
 use super::profile::{timed, Phase, Profile};
 use super::rope::{RopeRequest, RopeSettings};
 use super::train::TrainingPass;
@@ -62,6 +63,12 @@ pub struct InferenceOptions {
     pub n_batch: Option<usize>,
     /// RoPE scaling over the model's own (None: the model's).
     pub rope: Option<RopeRequest>,
+    /// How the layers are shared out over the devices that take layers.
+    pub split: SplitRequest,
+    /// ggml RPC servers ("host:port") whose devices take layers.
+    pub rpc: Vec<String>,
+    /// Seconds an RPC server may take to answer before it counts as gone.
+    pub rpc_timeout: Option<f64>,
 }
 
 /// What one call changes of its session's settings: the RoPE settings and
@@ -103,11 +110,13 @@ pub struct Runner {
     // another forward on this session: it gets a pool of its own).
     default_pool: Mutex<Option<ComputePool>>,
     profile: Mutex<Profile>,
-    compute_buft: BufferType,
+    target: Target,
     weights: Arc<ModelWeights>,
-    backend: Mutex<Backend>,
-    device: Device,
+    executor: Mutex<Executor>,
+    placement: Placement,
     backend_name: String,
+    /// The RPC servers whose devices take part (their failures end the session).
+    rpc: Option<super::rpc::Servers>,
     spec: &'static ArchSpec,
     hp: HParams,
     n_threads: usize,
@@ -164,19 +173,11 @@ impl Runner {
         super::validate::hparams(model.path(), spec, &hp)?;
         super::validate::vocab_size(&model, &hp)?;
 
-        let available = super::backend::available();
-        let list = || available.iter().map(|b| b.name.clone()).collect::<Vec<_>>().join(", ");
-        let backend_name = match options.backend.as_deref() {
-            None | Some("auto") => super::backend::best()
-                .map(|b| b.name)
-                .ok_or_else(|| Error::Backend("no compute backend is available".into()))?,
-            Some(name) => super::backend::find(name)
-                .map(|b| b.name)
-                .ok_or_else(|| Error::Backend(format!("backend '{name}' is not available (available: {})", list())))?,
+        let rpc = match options.rpc.is_empty() {
+            true => None,
+            false => Some(super::rpc::Servers::connect(&options.rpc, options.rpc_timeout)?),
         };
-        let device = Device::by_backend_name(&backend_name)
-            .ok_or_else(|| Error::Backend(format!("backend '{backend_name}' has no device (available: {})", list())))?;
-
+        let (backend_name, placement) = choose_devices(&options, hp.n_layer, rpc.as_ref())?;
         let in_range = |what: &str, v: usize, max: usize| match v {
             0 => Err(Error::Argument(format!("{what} must be an integer >= 1, got 0"))),
             _ if v > max => Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}"))),
@@ -224,23 +225,37 @@ impl Runner {
         let flash_attn = match options.flash_attn.unwrap_or(FlashAttn::Auto) {
             FlashAttn::Enabled => true,
             FlashAttn::Disabled => false,
-            FlashAttn::Auto => flash_attn_supported(device, &hp),
+            // on every device that holds layers (an accelerator runs no attention)
+            FlashAttn::Auto => placement.devices.iter().chain([&placement.cpu]).all(|&d| flash_attn_supported(d, &hp)),
         };
 
-        let mut backend = device
-            .init_backend()
-            .ok_or_else(|| Error::Backend(format!("cannot initialise backend '{backend_name}'")))?;
-        backend.set_n_threads(n_threads);
-        let weights = model.weights_on(device, || ModelWeights::load(&model, spec, &hp, device, true))?;
-        let compute_buft = backend.default_buffer_type();
+        let init = |device: Device| {
+            device.init_backend().ok_or_else(|| {
+                Error::Backend(format!("cannot initialise the {} device {}", device.backend_name(), device.name()))
+            })
+        };
+        let mut executor = if placement.is_cpu_only() {
+            Executor::Single(init(placement.cpu)?)
+        } else {
+            Executor::Scheduled(Backends {
+                list: placement.all_devices().into_iter().map(init).collect::<Result<_>>()?,
+            })
+        };
+        executor.set_n_threads(n_threads);
+        let weights = model.weights_on(&placement, || ModelWeights::load(&model, spec, &hp, &placement))?;
+        if let Some(servers) = &rpc {
+            servers.check("loading the weights")?;
+        }
+        let target = executor.target();
         Ok(Runner {
             default_pool: Mutex::new(None),
             profile: Mutex::new(Profile::default()),
-            compute_buft,
+            target,
             weights,
-            backend: Mutex::new(backend),
-            device,
+            executor: Mutex::new(executor),
+            placement,
             backend_name,
+            rpc,
             spec,
             hp,
             n_threads,
@@ -265,7 +280,7 @@ impl Runner {
         params: &[Tensor],
         replace: &std::collections::HashMap<String, Tensor>,
     ) -> Result<TrainingPass> {
-        if !self.device.is_cpu() {
+        if !self.placement.is_cpu_only() {
             return Err(Error::Backend(format!(
                 "training runs on the CPU; this session uses the '{}' backend",
                 self.backend_name
@@ -293,7 +308,8 @@ impl Runner {
         let weights = match self.training_weights.get() {
             Some(w) => w.clone(),
             None => {
-                let w = Arc::new(ModelWeights::load(&self.model, self.spec, &self.hp, self.device, false)?);
+                let plain = Placement::cpu_only(self.placement.cpu, self.hp.n_layer, false);
+                let w = Arc::new(ModelWeights::load(&self.model, self.spec, &self.hp, &plain)?);
                 self.training_weights.get_or_init(|| w).clone()
             }
         };
@@ -371,12 +387,28 @@ impl Runner {
 
     /// An empty KV cache of n_ctx positions (f16 K/V, like llama.cpp).
     pub fn new_cache(&self) -> Result<KvCache> {
-        KvCache::new(self.cache_layout(), self.n_ctx, self.device.buffer_type())
+        KvCache::new(self.cache_layout(), self.n_ctx, &self.cache_bufts())
+    }
+
+    /// Each layer's KV cache buffer type: its layer's device's.
+    fn cache_bufts(&self) -> Vec<BufferType> {
+        (0..self.hp.n_layer).map(|il| self.placement.device_of(Part::Layer(il)).buffer_type()).collect()
     }
 
     /// A reusable compute allocation for forward passes.
     pub fn new_pool(&self) -> Result<ComputePool> {
-        Ok(ComputePool::new(self.compute_buft, self.backend_name.clone()))
+        self.check_servers()?;
+        Ok(ComputePool::new(self.target.clone(), self.backend_name.clone()))
+    }
+
+    /// An error once an RPC server of the session has stopped answering.
+    fn check_servers(&self) -> Result<()> {
+        self.rpc.as_ref().map_or(Ok(()), |servers| servers.check("an earlier step"))
+    }
+
+    /// The devices taking part and the layers each holds.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// The session's own pool, for a call without one (a new one if another
@@ -509,7 +541,7 @@ impl Runner {
                 let group = &sequences[first..end];
                 let mut caches = group
                     .iter()
-                    .map(|s| KvCache::new(self.cache_layout_for(s.len()), s.len(), self.device.buffer_type()))
+                    .map(|s| KvCache::new(self.cache_layout_for(s.len()), s.len(), &self.cache_bufts()))
                     .collect::<Result<Vec<_>>>()?;
                 if let [seq] = group {
                     for chunk in seq.chunks(self.n_batch) {
@@ -671,6 +703,7 @@ impl Runner {
         pool: &mut ComputePool,
         out: &mut Vec<f32>,
     ) -> Result<()> {
+        self.check_servers()?;
         let mut scratch = std::mem::take(&mut pool.scratch);
         let result = self.run_step_with(segs, all, head, variant, pool, &mut scratch, out);
         pool.scratch = scratch;
@@ -718,17 +751,20 @@ impl Runner {
                 timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape))?;
             }
             let graph = timed(&self.profile, Phase::Build, || bp.build(&segments, false))?;
-            super::compute::check_supported(self.device, &self.backend_name, &graph.g)?;
+            if self.placement.is_cpu_only() {
+                super::compute::check_supported(self.placement.cpu, &self.backend_name, &graph.g)?;
+            }
             timed(&self.profile, Phase::Allocate, || pool.allocate(scratch.key.clone(), graph))?;
         }
         let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
         timed(&self.profile, Phase::Inputs, || graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, scratch));
         let computed = timed(&self.profile, Phase::Compute, || {
-            self.backend.lock().unwrap_or_else(|e| e.into_inner()).compute(&graph.g)
+            pool.compute(&mut self.executor.lock().unwrap_or_else(|e| e.into_inner()))
         });
         if !computed {
             return Err(Error::Ggml("the backend failed to compute the graph".into()));
         }
+        let graph = pool.reusable(&scratch.key).expect("the graph was just computed");
         for (cache, tokens) in segs.iter_mut() {
             cache.advance(tokens, Some(variant.key));
         }
@@ -738,6 +774,11 @@ impl Runner {
             out.clear();
             rt::tensor_get_f32_into(graph.output, 0, graph.n_outputs * graph.width, out);
         });
+        // after the read: a server lost at any point of the step (ggml's RPC
+        // client queues its requests) leaves logits that must not be used
+        if let Some(servers) = &self.rpc {
+            servers.check("a forward pass")?;
+        }
         Ok(())
     }
 
@@ -756,6 +797,52 @@ impl Runner {
     pub fn record(&self, phase: Phase, elapsed: std::time::Duration) {
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).add(phase, elapsed);
     }
+}
+
+/// The session's backend name and devices: `backend` picks the local ones
+/// (auto: every GPU and accelerator, as llama.cpp uses all it finds; a name:
+/// that backend's devices), the RPC servers' devices come first in the
+/// split, and the layers are shared out as `options.split` says.
+fn choose_devices(
+    options: &InferenceOptions,
+    n_layer: usize,
+    rpc: Option<&super::rpc::Servers>,
+) -> Result<(String, Placement)> {
+    let available = super::backend::available();
+    let list = || available.iter().map(|b| b.name.clone()).collect::<Vec<_>>().join(", ");
+    let backend_name = match options.backend.as_deref() {
+        None | Some("auto") => super::backend::best()
+            .map(|b| b.name)
+            .ok_or_else(|| Error::Backend("no compute backend is available".into()))?,
+        Some(name) => super::backend::find(name)
+            .map(|b| b.name)
+            .ok_or_else(|| Error::Backend(format!("backend '{name}' is not available (available: {})", list())))?,
+    };
+    let cpu = Device::by_backend_name("CPU").ok_or_else(|| Error::Backend("ggml's CPU backend is missing".into()))?;
+    let auto = matches!(options.backend.as_deref(), None | Some("auto"));
+    let local: Vec<Device> = Device::all()
+        .into_iter()
+        .filter(|d| !d.is_cpu() && (auto || d.backend_name().eq_ignore_ascii_case(&backend_name)))
+        .collect();
+    let mut devices: Vec<Device> = rpc.map(|r| r.devices().to_vec()).unwrap_or_default();
+    devices.extend(local.iter().filter(|d| d.is_gpu()));
+    let accels: Vec<Device> = local.into_iter().filter(|d| d.is_accel()).collect();
+    let placement = if devices.is_empty() && accels.is_empty() {
+        if let Some(main) = options.split.main_device {
+            return Err(Error::Argument(format!(
+                "main_device {main} is out of range: the session has no device that takes layers (backend '{backend_name}')"
+            )));
+        }
+        if options.split.tensor_split.is_some() {
+            return Err(Error::Argument(format!(
+                "tensor_split needs devices that take layers (GPUs or RPC servers); backend '{backend_name}' has none"
+            )));
+        }
+        Placement::cpu_only(cpu, n_layer, true)
+    } else {
+        Placement::split(cpu, devices, accels, n_layer, &options.split, true)?
+    };
+    Ok((backend_name, placement))
 }
 
 /// llama.cpp's flash-attention auto setting: on when the device runs the

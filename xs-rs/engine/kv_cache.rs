@@ -77,31 +77,48 @@ pub struct KvCache {
     filled_with: Option<u64>,
     k: Vec<Tensor>,
     v: Vec<Tensor>,
-    // Drop order: the buffer before the context describing its tensors.
-    buffer: Buffer,
-    _ctx: Ctx,
+    // Drop order: the buffers before the contexts describing their tensors.
+    // One of each per buffer type (each layer's cache lives on its layer's
+    // device).
+    buffers: Vec<Buffer>,
+    _contexts: Vec<Ctx>,
 }
 
 impl KvCache {
-    pub(crate) fn new(layout: CacheLayout, n_ctx: usize, buft: BufferType) -> Result<KvCache> {
-        let ctx =
-            Ctx::new(2 * layout.n_layer, 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
-        let mut k = Vec::with_capacity(layout.n_layer);
-        let mut v = Vec::with_capacity(layout.n_layer);
-        for il in 0..layout.n_layer {
-            let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
-            kt.set_name(&format!("cache_k_l{il}"));
-            let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
-            vt.set_name(&format!("cache_v_l{il}"));
-            k.push(kt);
-            v.push(vt);
+    /// An empty cache whose layer `il` lives in a buffer of type `bufts[il]`.
+    pub(crate) fn new(layout: CacheLayout, n_ctx: usize, bufts: &[BufferType]) -> Result<KvCache> {
+        assert_eq!(bufts.len(), layout.n_layer, "one buffer type per layer");
+        let mut k: Vec<Option<Tensor>> = vec![None; layout.n_layer];
+        let mut v: Vec<Option<Tensor>> = vec![None; layout.n_layer];
+        let mut distinct: Vec<BufferType> = Vec::new();
+        for b in bufts {
+            if !distinct.contains(b) {
+                distinct.push(*b);
+            }
         }
-        let buffer = Buffer::alloc_ctx_tensors(&ctx, buft).ok_or_else(|| {
-            Error::Ggml(format!("cannot allocate a KV cache of {} cells ({})", layout.kv_size, buft.name()))
-        })?;
-        // Never-written cells must hold finite values: masked positions are
-        // multiplied by zero in the kernels and NaN * 0 is NaN.
-        buffer.clear();
+        let mut buffers = Vec::with_capacity(distinct.len());
+        let mut contexts = Vec::with_capacity(distinct.len());
+        for buft in distinct {
+            let layers: Vec<usize> = (0..layout.n_layer).filter(|&il| bufts[il] == buft).collect();
+            let ctx =
+                Ctx::new(2 * layers.len(), 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
+            for &il in &layers {
+                let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+                kt.set_name(&format!("cache_k_l{il}"));
+                let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+                vt.set_name(&format!("cache_v_l{il}"));
+                k[il] = Some(kt);
+                v[il] = Some(vt);
+            }
+            let buffer = Buffer::alloc_ctx_tensors(&ctx, buft).ok_or_else(|| {
+                Error::Ggml(format!("cannot allocate a KV cache of {} cells ({})", layout.kv_size, buft.name()))
+            })?;
+            // Never-written cells must hold finite values: masked positions are
+            // multiplied by zero in the kernels and NaN * 0 is NaN.
+            buffer.clear();
+            buffers.push(buffer);
+            contexts.push(ctx);
+        }
         Ok(KvCache {
             id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             layout,
@@ -110,10 +127,10 @@ impl KvCache {
             // that decoding never reallocates it
             tokens: Vec::with_capacity(n_ctx),
             filled_with: None,
-            k,
-            v,
-            buffer,
-            _ctx: ctx,
+            k: k.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
+            v: v.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
+            buffers,
+            _contexts: contexts,
         })
     }
 
@@ -140,7 +157,7 @@ impl KvCache {
         self.n_ctx - self.n_cached()
     }
     pub fn size_bytes(&self) -> usize {
-        self.buffer.size()
+        self.buffers.iter().map(Buffer::size).sum()
     }
 
     pub fn clear(&mut self) {

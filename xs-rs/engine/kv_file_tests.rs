@@ -51,7 +51,8 @@ fn layout(v_trans: bool) -> CacheLayout {
 
 fn empty_cache(layout: CacheLayout) -> KvCache {
     let cpu = Device::by_backend_name("CPU").expect("the CPU backend");
-    KvCache::new(layout, N_CTX, cpu.buffer_type()).expect("a cache")
+    let bufts = vec![cpu.buffer_type(); layout.n_layer];
+    KvCache::new(layout, N_CTX, &bufts).expect("a cache")
 }
 
 /// A cache whose first `n` cells hold bytes that differ from cell to cell,

@@ -1,8 +1,8 @@
 //! A loaded GGUF model: its header, the mapped (or readable) tensor data, and
 //! the facts derived from them. Immutable after load and shared through `Arc`
 //! by everything built on it (tokenizer, inference sessions).
-use super::ggml_runtime::Device;
 use super::gguf::{Gguf, TensorInfo, Value};
+use super::placement::Placement;
 use super::tokenizer::Vocab;
 use super::weights::ModelWeights;
 use super::{ggml_sys as sys, Error, Result};
@@ -20,7 +20,7 @@ pub struct Model {
     vocab: OnceLock<Arc<Vocab>>,
     /// The weights placed on each device, shared by every session there
     /// (as llama.cpp's contexts share one llama_model); dropped with the last.
-    placed: Mutex<Vec<(Device, Weak<ModelWeights>)>>,
+    placed: Mutex<Vec<(Placement, Weak<ModelWeights>)>>,
     /// See [`Model::fingerprint`]; computed on first use.
     fingerprint: OnceLock<u64>,
     /// Trainable copies of the f32 weights (see train::trainable_weights),
@@ -136,17 +136,17 @@ impl Model {
         Ok(self.vocab.get_or_init(|| built).clone())
     }
 
-    /// The weights on `device`: those a live session placed there, or
-    /// `place()`d now. The lock is held while placing, so two sessions
-    /// created at once place them once.
+    /// The weights placed as `placement` says: those a live session placed
+    /// so, or `place()`d now. The lock is held while placing, so two
+    /// sessions created at once place them once.
     pub fn weights_on(
         &self,
-        device: Device,
+        placement: &Placement,
         place: impl FnOnce() -> Result<ModelWeights>,
     ) -> Result<Arc<ModelWeights>> {
         let mut placed = self.placed.lock().unwrap_or_else(|e| e.into_inner());
         placed.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(weights) = placed.iter().find(|(d, _)| *d == device).and_then(|(_, w)| w.upgrade()) {
+        if let Some(weights) = placed.iter().find(|(p, _)| p == placement).and_then(|(_, w)| w.upgrade()) {
             crate::debug_log!("weights of '{}' already placed on this device: shared", self.path().display());
             return Ok(weights);
         }
@@ -165,7 +165,7 @@ impl Model {
                 if buffers.is_empty() { "in the mapping".into() } else { buffers.join(", ") }
             );
         }
-        placed.push((device, Arc::downgrade(&weights)));
+        placed.push((placement.clone(), Arc::downgrade(&weights)));
         Ok(weights)
     }
 

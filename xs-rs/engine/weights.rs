@@ -5,10 +5,11 @@
 //! the plain CPU buffer mapped over the file without a copy).
 use super::arch::{Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors};
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
-use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
+use super::ggml_runtime::{self as rt, Buffer, BufferType};
 use super::ggml_sys as sys;
 use super::gguf::TensorInfo;
 use super::model::Model;
+use super::placement::{Part, Placement};
 use super::rope::ScalingType;
 use super::validate::{self, Role};
 use super::{Error, Result};
@@ -223,8 +224,8 @@ struct Pending {
 struct Loader<'a> {
     model: &'a Model,
     spec: &'static ArchSpec,
-    device: Device,
-    /// Candidates for matmul weights: the extra types first, the device's own last.
+    placement: &'a Placement,
+    /// Every buffer type a weight went to, each once (Pending::buft indexes it).
     bufts: Vec<BufferType>,
     pending: Vec<Pending>,
     /// Experts a token uses (the matmul-by-id probe's shape).
@@ -308,7 +309,23 @@ impl<'a> Loader<'a> {
         };
         let what = if role == file_kind { name.clone() } else { format!("{name} (used as {})", role.name(il, suffix)) };
         validate::tensor_type(self.model.path(), &what, check_as, info.ggml_type, self.spec.name)?;
-        let buft = self.choose_buft(info, op)?;
+        let part = match (il, role) {
+            (Some(il), _) => Part::Layer(il),
+            (None, TensorKind::TokenEmbd | TensorKind::PosEmbd) => Part::Input,
+            // llama.cpp loads the RoPE factors with the first layer
+            (None, TensorKind::RopeFreqs | TensorKind::RopeFactorsLong | TensorKind::RopeFactorsShort) => {
+                Part::Layer(0)
+            }
+            (None, _) => Part::Output,
+        };
+        let chosen = self.choose_buft(info, op, part)?;
+        let buft = match self.bufts.iter().position(|&b| b == chosen) {
+            Some(i) => i,
+            None => {
+                self.bufts.push(chosen);
+                self.bufts.len() - 1
+            }
+        };
         self.pending.push(Pending { info: info.clone(), buft, tensor: None });
         Ok(Some(self.pending.len() - 1))
     }
@@ -317,8 +334,9 @@ impl<'a> Loader<'a> {
     /// which the device supports the weight's op (a matmul probed with a
     /// 512-row f32 batch).
     /// An error when no candidate, the device's own included, supports it.
-    fn choose_buft(&self, info: &TensorInfo, op: WeightOp) -> Result<usize> {
-        let default = self.bufts.len() - 1;
+    fn choose_buft(&self, info: &TensorInfo, op: WeightOp, part: Part) -> Result<BufferType> {
+        let (device, bufts) = self.placement.weight_bufts(part);
+        let default = bufts[bufts.len() - 1];
         if op == WeightOp::GetRows || op == WeightOp::Elementwise {
             return Ok(default);
         }
@@ -340,20 +358,20 @@ impl<'a> Loader<'a> {
             let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
             g.mul_mat(w, b)
         };
-        for (i, &buft) in self.bufts.iter().enumerate() {
+        for &buft in &bufts {
             let Some(probe) = Buffer::probe(buft) else {
                 continue;
             };
             probe.mark_probe(w);
-            if self.device.supports_op(op) {
-                return Ok(i);
+            if device.supports_op(op) {
+                return Ok(buft);
             }
         }
         Err(Error::Invalid {
             path: self.model.path().clone(),
             what: format!(
                 "the {} backend cannot multiply by tensor {} of type {} (architecture {})",
-                self.bufts[default].name(),
+                default.name(),
                 info.name,
                 sys::type_traits(info.ggml_type).map_or("unknown", |t| t.name),
                 self.spec.name
@@ -367,19 +385,18 @@ impl<'a> Loader<'a> {
 }
 
 impl ModelWeights {
-    /// Loads every weight the architecture needs onto `device`; with
-    /// `repack` the CPU's matmul weights go to its repacked layouts (faster,
-    /// but ops other than matmul, such as a backward pass's, cannot read them).
+    /// Loads every weight the architecture needs onto the devices of
+    /// `placement`; with its `repack` the CPU's matmul weights go to its
+    /// repacked layouts (faster, but ops other than matmul, such as a
+    /// backward pass's, cannot read them).
     pub fn load(
         model: &Arc<Model>,
         spec: &'static ArchSpec,
         hp: &HParams,
-        device: Device,
-        repack: bool,
+        placement: &Placement,
     ) -> Result<ModelWeights> {
-        let mut bufts = if device.is_cpu() && repack { device.extra_buffer_types() } else { Vec::new() };
-        bufts.push(device.buffer_type());
-        let mut ld = Loader { model, spec, device, bufts, pending: Vec::new(), n_expert_used: hp.n_expert_used };
+        let mut ld =
+            Loader { model, spec, placement, bufts: Vec::new(), pending: Vec::new(), n_expert_used: hp.n_expert_used };
         let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
         let q_dim = (hp.n_head * hp.head_dim_k) as i64;
         let k_dim = hp.n_embd_k_gqa() as i64;
@@ -711,7 +728,7 @@ type Placed = (Vec<Ctx>, Vec<Buffer>, Vec<(String, usize)>);
 /// types repack while they are filled).
 fn place(ld: &mut Loader) -> Result<Placed> {
     let ggml_err = |what: String| Error::Ggml(what);
-    let default = ld.bufts.len() - 1;
+    let cpu_plain = ld.placement.cpu.buffer_type();
     let mut contexts = Vec::new();
     let mut buffers = Vec::new();
     let mut placement = Vec::new();
@@ -727,7 +744,7 @@ fn place(ld: &mut Loader) -> Result<Placed> {
             t.set_name(&info.name);
             ld.pending[i].tensor = Some(t);
         }
-        let mapping = ld.model.mapping().filter(|_| b == default && ld.device.is_cpu());
+        let mapping = ld.model.mapping().filter(|_| ld.bufts[b] == cpu_plain);
         let buffer = if let Some(map) = mapping {
             // SAFETY: the mapping belongs to the model, which ModelWeights keeps
             // alive (Arc) until after this buffer is freed.

@@ -75,6 +75,38 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     Opt::new("n_batch", |perl, sv, a| {
         set(&mut a.options.n_batch, ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64).map(Some))
     }),
+    Opt::new("n_gpu_layers", |perl, sv, a| {
+        set(&mut a.options.split.n_gpu_layers, count_arg(perl, sv, "n_gpu_layers", 0).map(Some))
+    }),
+    Opt::new("tensor_split", |perl, sv, a| {
+        let values = perl.array_arg(sv, "tensor_split")?;
+        let split = values.into_iter().map(|v| perl.number_arg(v, "a tensor_split value")).collect::<Result<_, _>>()?;
+        a.options.split.tensor_split = Some(split);
+        Ok(())
+    }),
+    Opt::new("main_device", |perl, sv, a| {
+        set(&mut a.options.split.main_device, count_arg(perl, sv, "main_device", 0).map(Some))
+    }),
+    Opt::new("rpc", |perl, sv, a| {
+        // an array of "host:port", or one string of them separated by commas
+        let servers: Vec<String> = if perl.ref_kind(sv) == b'A' {
+            let items = perl.array_arg(sv, "rpc")?;
+            items.into_iter().map(|v| perl.string_arg(v, "an rpc server")).collect::<Result<_, _>>()?
+        } else {
+            perl.string_arg(sv, "rpc")?.split(',').map(|e| e.trim().to_string()).collect()
+        };
+        for endpoint in &servers {
+            crate::engine::rpc::parse_endpoint(endpoint)?;
+        }
+        if servers.is_empty() {
+            return Err(Error::Argument("rpc needs at least one server (host:port)".into()));
+        }
+        a.options.rpc = servers;
+        Ok(())
+    }),
+    Opt::new("rpc_timeout", |perl, sv, a| {
+        set(&mut a.options.rpc_timeout, perl.number_arg(sv, "rpc_timeout").map(Some))
+    }),
     Opt::new("flash_attn", |perl, sv, a| {
         let text = perl.string_arg(sv, "flash_attn")?;
         a.options.flash_attn = Some(match text.to_ascii_lowercase().as_str() {
@@ -414,6 +446,17 @@ xs_subs! { "Lugh::Inference";
     fn _weights_id(args) {
         args.expect(1, 1, "self")?;
         Ok(Ret::One(args.perl().uint(this(args)?.runner.weights_id() as u64)))
+    }
+
+    fn _devices(args) {
+        args.expect(1, 1, "self")?;
+        let perl = args.perl();
+        let s = this(args)?;
+        // [name, description, layers] each; Lugh/Inference.pm makes them hashes
+        let rows = s.runner.placement().summary().into_iter().map(|(name, description, layers)| {
+            perl.array_ref(&[perl.str(&name), perl.str(&description), perl.int(layers as i64)])
+        });
+        Ok(Ret::List(rows.collect()))
     }
 
     fn model(args) {

@@ -69,7 +69,42 @@ xs_subs! { "Lugh";
             perl.str("is_gpu"), perl.int(b.is_gpu as i64),
             perl.str("device_count"), perl.int(b.device_count as i64),
             perl.str("description"), perl.str(&b.description),
+            perl.str("memory_free"), perl.uint(b.memory_free as u64),
+            perl.str("memory_total"), perl.uint(b.memory_total as u64),
+            // [name, description, free, total] each; Lugh.pm makes them hashes
+            perl.str("devices"), perl.array_ref(&b.devices.iter().map(|(name, description, free, total)| {
+                perl.array_ref(&[perl.str(name), perl.str(description), perl.uint(*free as u64), perl.uint(*total as u64)])
+            }).collect::<Vec<_>>()),
         ]))
+    }
+
+    fn _rpc_devices(args) {
+        args.expect(1, 1, "backend")?;
+        let perl = args.perl();
+        let backend_name = perl.string_arg(args.get(0), "backend")?;
+        let devices = crate::engine::rpc::server_devices(&backend_name)?;
+        Ok(Ret::List(devices.iter().map(|d| perl.str(&format!("{} ({})", d.name(), d.description()))).collect()))
+    }
+
+    fn _rpc_server(args) as "Lugh::rpc_server" {
+        args.expect(5, 5, "host, port, backend, n_threads, cache_dir")?;
+        let perl = args.perl();
+        let host = perl.string_arg(args.get(0), "host")?;
+        let port = perl.int_arg(args.get(1), "port")?;
+        let port = u16::try_from(port).ok().filter(|&p| p > 0)
+            .ok_or_else(|| Error::Argument(format!("port must be an integer in 1..65535, got {port}")))?;
+        let backend_name = perl.string_arg(args.get(2), "backend")?;
+        let n_threads = perl.int_arg(args.get(3), "threads")?;
+        if !(1..=crate::engine::inference::MAX_THREADS as i64).contains(&n_threads) {
+            return Err(Error::Argument(format!("threads must be an integer in 1..512, got {n_threads}")).into());
+        }
+        let cache = match perl.is_defined(args.get(4)) {
+            true => Some(perl.string_arg(args.get(4), "cache")?),
+            false => None,
+        };
+        let devices = crate::engine::rpc::server_devices(&backend_name)?;
+        crate::engine::rpc::serve(&host, port, &devices, n_threads as usize, cache.as_deref())?;
+        Ok(Ret::Empty)
     }
 
     fn _cpu_features(args) {
