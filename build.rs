@@ -10,6 +10,11 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "build/cuda.rs"]
+mod cuda;
+#[path = "build/vulkan.rs"]
+mod vulkan;
+
 const GGML_VERSION: &str = "0.26.0";
 const PIN_PACKAGE: &str = "llama-cpp-sys-2";
 
@@ -180,7 +185,7 @@ fn build_ggml(g: &Path, out: &Path) {
     }
     base_cxx.compile("ggml_base_cxx");
     for backend in OPTIONAL_BACKENDS.iter().filter(|b| b.enabled()) {
-        (backend.build)(g, &mut setup(true, false));
+        (backend.build)(g, out, &mut setup(true, false));
     }
 
     let mut cpu_cxx = setup(true, true);
@@ -215,13 +220,14 @@ fn build_ggml(g: &Path, out: &Path) {
 }
 
 /// A ggml backend chosen at build time by a cargo feature (Makefile.PL
-/// turns LUGH_BACKENDS=blas,rpc into `--features blas,rpc`).
+/// turns LUGH_BACKENDS=vulkan,rpc into `--features vulkan,rpc`).
 struct OptionalBackend {
     feature: &'static str,
     /// What ggml-backend-reg.cpp needs defined to register it.
     define: &'static str,
-    /// Compiles it with a C++ build set up like ggml's own.
-    build: fn(&Path, &mut cc::Build),
+    /// Compiles it (from the ggml tree, into OUT_DIR) with a C++ build set
+    /// up like ggml's own.
+    build: fn(&Path, &Path, &mut cc::Build),
 }
 
 impl OptionalBackend {
@@ -233,11 +239,13 @@ impl OptionalBackend {
 const OPTIONAL_BACKENDS: &[OptionalBackend] = &[
     OptionalBackend { feature: "blas", define: "GGML_USE_BLAS", build: build_blas },
     OptionalBackend { feature: "rpc", define: "GGML_USE_RPC", build: build_rpc },
+    OptionalBackend { feature: "vulkan", define: "GGML_USE_VULKAN", build: vulkan::build_vulkan },
+    OptionalBackend { feature: "cuda", define: "GGML_USE_CUDA", build: cuda::build_cuda },
 ];
 
 /// ggml's BLAS backend over OpenBLAS (found with pkg-config, else
 /// -lopenblas on the default paths).
-fn build_blas(g: &Path, b: &mut cc::Build) {
+fn build_blas(g: &Path, _out: &Path, b: &mut cc::Build) {
     let pkg = |arg: &str| {
         Command::new("pkg-config")
             .args([arg, "openblas"])
@@ -267,7 +275,7 @@ fn build_blas(g: &Path, b: &mut cc::Build) {
 /// ggml's RPC backend (client and server), through Lugh's glue: a server
 /// that goes away is an error for the session, not an abort (see
 /// vendor/ggml/rpc-client.cpp).
-fn build_rpc(g: &Path, b: &mut cc::Build) {
+fn build_rpc(g: &Path, _out: &Path, b: &mut cc::Build) {
     for file in ["rpc-client.cpp", "rpc-transport.cpp"] {
         println!("cargo:rerun-if-changed=vendor/ggml/{file}");
     }

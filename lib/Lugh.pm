@@ -298,7 +298,12 @@ C<< Lugh::Inference->new >>, naming it and listing these.
     my @names = Lugh::available_backends();    # ("CPU")
 
 The names of the ggml compute backends compiled into this build that have at
-least one usable device now. Read from ggml's backend registry.
+least one usable device now. Read from ggml's backend registry. The default
+build has C<CPU> alone; C<LUGH_BACKENDS=vulkan,blas,rpc perl Makefile.PL>
+adds C<Vulkan>, C<BLAS> and C<RPC> (see README.pod). ggml's Vulkan backend
+lists GPUs only, unless C<GGML_VK_VISIBLE_DEVICES> (set before Lugh is
+loaded) names devices by index: C<GGML_VK_VISIBLE_DEVICES=0> makes a
+software driver such as Mesa's lavapipe available as C<Vulkan0>.
 
 =head2 backend_count
 

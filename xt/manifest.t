@@ -41,8 +41,9 @@ SKIP: {
 }
 
 # Lugh's own C and C++: the perl shim, its x86 kernels, and the build glue
-# around ggml's RPC backend (which includes ggml's files from the pin).
-my %glue = map { $_ => 1 } qw(vendor/ggml/rpc-client.cpp vendor/ggml/rpc-transport.cpp);
+# around ggml's RPC backend (which includes ggml's files from the pin) and
+# Vulkan backend (declarations older Vulkan headers lack).
+my %glue = map { $_ => 1 } qw(vendor/ggml/rpc-client.cpp vendor/ggml/rpc-transport.cpp vendor/ggml/ggml-vulkan-compat.h);
 my %own_c = (map({ $_ => 1 } qw(xs-rs/glue/shim.c)), %glue);
 my @foreign_c = grep { /\.(?:c|cc|cpp|cxx|h|hpp|cu|m|metal|cmake)\z|CMakeLists\.txt\z/i && !$own_c{$_}
         && !m{^bench/[^/]+\.cpp\z} && !m{^xs-rs/kernels/[^/]+\.[ch]\z} } @listed;
@@ -54,7 +55,7 @@ my @ggml = grep { m{(?:^|/)(?:ggml|llama\.cpp|llama-cpp-sys-2[^/]*)/} && !$pin{$
 ok(!@ggml, 'no ggml or llama.cpp tree in MANIFEST') or diag "ggml: @ggml";
 
 # What the cargo build and the tests need is there.
-for my $need (qw(Cargo.toml Cargo.lock build.rs Makefile.PL MANIFEST MANIFEST.SKIP xs-rs/lib.rs lib/Lugh.pm bin/lugh
+for my $need (qw(Cargo.toml Cargo.lock build.rs build/vulkan.rs Makefile.PL MANIFEST MANIFEST.SKIP xs-rs/lib.rs lib/Lugh.pm bin/lugh
                  vendor/ggml/Cargo.toml vendor/ggml/Cargo.lock vendor/ggml/pin.rs)) {
     ok(exists $manifest->{$need}, "MANIFEST lists $need");
 }

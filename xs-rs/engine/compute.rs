@@ -4,7 +4,7 @@
 //! shape fit without a new buffer. The last graph allocated there is kept:
 //! a step of the same shape over the same caches (token generation, mostly)
 //! reuses it, as llama.cpp reuses its graphs, instead of building anew.
-use super::ggml_ops::GraphCtx;
+use super::ggml_ops::{GraphCtx, Tensor};
 use super::ggml_runtime::{Backend, BackendHandles, Backends, BufferType, Device, Gallocr, Sched};
 use super::graph::{ForwardGraph, Head};
 use super::{Error, Result};
@@ -157,13 +157,14 @@ impl ComputePool {
         !self.reserved.is_some_and(|r| r.covers(shape))
     }
 
-    /// Reserves room for `worst` (a graph of `shape` over the whole cache).
-    pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape) -> Result<()> {
+    /// Reserves room for `worst` (a graph of `shape` over the whole cache);
+    /// `pins` as for allocate.
+    pub(crate) fn reserve(&mut self, worst: &GraphCtx, shape: BatchShape, pins: &[(Tensor, Device)]) -> Result<()> {
         // the buffer may move: the kept graph's placement would be stale
         self.last_graph = None;
         let reserved = match self.allocator_for(worst)? {
             Allocator::Graph(g) => g.reserve(worst),
-            Allocator::Sched(s) => s.reserve(worst),
+            Allocator::Sched(s) => s.reserve(worst, pins),
         };
         if !reserved {
             return Err(Error::Ggml("cannot reserve the compute buffer (out of memory?)".into()));
@@ -189,12 +190,13 @@ impl ComputePool {
     }
 
     /// Gives every tensor of `graph` its place in the compute buffer and
-    /// keeps the graph for reuse under `key`.
-    pub(crate) fn allocate(&mut self, key: GraphKey, graph: ForwardGraph) -> Result<()> {
+    /// keeps the graph for reuse under `key`. Over several devices, `pins`
+    /// puts nodes on chosen devices (ggml's scheduler places the others).
+    pub(crate) fn allocate(&mut self, key: GraphKey, graph: ForwardGraph, pins: &[(Tensor, Device)]) -> Result<()> {
         self.last_graph = None;
         let allocated = match self.allocator_for(&graph.g)? {
             Allocator::Graph(g) => g.alloc_graph(&graph.g),
-            Allocator::Sched(s) => s.alloc_graph(&graph.g),
+            Allocator::Sched(s) => s.alloc_graph(&graph.g, pins),
         };
         if !allocated {
             return Err(Error::Ggml("cannot allocate the compute graph (out of memory?)".into()));

@@ -25,6 +25,7 @@ extern "C" {
     fn ggml_backend_get_device(backend: ggml_backend_t) -> ggml_backend_dev_t;
     fn ggml_backend_reg_get_proc_address(reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void;
     fn ggml_backend_dev_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
+    fn ggml_backend_dev_host_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
     fn ggml_backend_dev_supports_op(dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool;
     fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char;
     fn ggml_backend_buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t;
@@ -61,6 +62,11 @@ extern "C" {
     fn ggml_backend_sched_reserve(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool;
     fn ggml_backend_sched_alloc_graph(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool;
     fn ggml_backend_sched_reset(sched: ggml_backend_sched_t);
+    fn ggml_backend_sched_set_tensor_backend(
+        sched: ggml_backend_sched_t,
+        node: *mut ggml_tensor,
+        backend: ggml_backend_t,
+    );
     fn ggml_backend_sched_graph_compute(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> c_int;
     fn ggml_backend_sched_get_buffer_size(sched: ggml_backend_sched_t, backend: ggml_backend_t) -> usize;
 
@@ -192,6 +198,14 @@ impl Device {
     pub fn buffer_type(&self) -> BufferType {
         // SAFETY: the device is live.
         BufferType(unsafe { ggml_backend_dev_buffer_type(self.0) })
+    }
+
+    /// The device's host buffer type (memory the CPU uses directly and the
+    /// device reads fast: pinned memory), where its backend has one.
+    pub fn host_buffer_type(&self) -> Option<BufferType> {
+        // SAFETY: the device is live; null when it has none.
+        let buft = unsafe { ggml_backend_dev_host_buffer_type(self.0) };
+        (!buft.is_null()).then_some(BufferType(buft))
     }
 
     /// The extra buffer types the device's backend offers for weights (the
@@ -447,19 +461,36 @@ impl Sched {
         self.graph_size
     }
 
-    /// Reserves every backend's compute buffer for `graph`.
-    pub fn reserve(&mut self, graph: &GraphCtx) -> bool {
+    /// Reserves every backend's compute buffer for `graph`, with `pins`
+    /// (see alloc_graph).
+    pub fn reserve(&mut self, graph: &GraphCtx, pins: &[(Tensor, Device)]) -> bool {
+        self.reset_with(pins);
         // SAFETY: the graph is live and unallocated.
         unsafe { ggml_backend_sched_reserve(self.ptr, graph.graph_ptr()) }
     }
 
-    /// Splits `graph` between the backends and allocates it.
-    pub fn alloc_graph(&mut self, graph: &GraphCtx) -> bool {
-        // SAFETY: the scheduler and the graph are live; reset first drops the
-        // previous graph's placement, as ggml requires.
-        unsafe {
-            ggml_backend_sched_reset(self.ptr);
-            ggml_backend_sched_alloc_graph(self.ptr, graph.graph_ptr())
+    /// Splits `graph` between the backends and allocates it; each node of
+    /// `pins` runs on its device's backend where that supports it (else
+    /// where ggml's scheduler puts it).
+    pub fn alloc_graph(&mut self, graph: &GraphCtx, pins: &[(Tensor, Device)]) -> bool {
+        self.reset_with(pins);
+        // SAFETY: the scheduler and the graph are live.
+        unsafe { ggml_backend_sched_alloc_graph(self.ptr, graph.graph_ptr()) }
+    }
+
+    /// Drops the previous graph's placement (as ggml requires before a new
+    /// graph) and sets the pinned nodes' backends.
+    fn reset_with(&mut self, pins: &[(Tensor, Device)]) {
+        // SAFETY: the scheduler is live.
+        unsafe { ggml_backend_sched_reset(self.ptr) };
+        for &(node, device) in pins {
+            // SAFETY: the backends are live; the node belongs to the graph
+            // about to be allocated.
+            let backend = self.backends.iter().copied().find(|&b| unsafe { ggml_backend_get_device(b) } == device.0);
+            if let Some(backend) = backend.filter(|_| device.supports_op(node)) {
+                // SAFETY: as above.
+                unsafe { ggml_backend_sched_set_tensor_backend(self.ptr, node.0, backend) };
+            }
         }
     }
 

@@ -689,6 +689,25 @@ impl Runner {
         self.variant(ov).map(|v| v.key)
     }
 
+    /// llama.cpp's placement of each layer's norm (the normalised row
+    /// before its weight, named norm-IL): on the layer's device for steps of
+    /// fewer than 32 tokens or when everything is offloaded, rather than
+    /// where ggml's scheduler would put it (often the previous layer's
+    /// device). Nothing for a CPU-only session.
+    fn norm_pins(&self, g: &GraphCtx, n_tokens: usize) -> Vec<(Tensor, Device)> {
+        let full_offload = self.placement.output.is_some() && self.placement.layers.iter().all(Option::is_some);
+        if self.placement.is_cpu_only() || !(n_tokens < 32 || full_offload) {
+            return Vec::new();
+        }
+        g.nodes()
+            .into_iter()
+            .filter_map(|node| {
+                let il: usize = node.name().strip_prefix("norm-")?.parse().ok()?;
+                Some((node, self.placement.device_of(Part::Layer(il))))
+            })
+            .collect()
+    }
+
     /// One graph evaluation over segments (cache, new tokens): builds the
     /// graph (unless the pool keeps one of this shape), allocates it in the
     /// pool, fills the inputs, computes, advances the caches and writes the
@@ -747,14 +766,30 @@ impl Runner {
             let segments: Vec<Segment> =
                 segs.iter().map(|(c, t)| Segment { cache: Some(c), n_tokens: t.len(), all_outputs: all }).collect();
             if pool.needs_reserve(&shape) {
-                let worst = timed(&self.profile, Phase::Build, || bp.build(&segments, true))?;
-                timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape))?;
+                // Over several devices, room for the largest step at once, as
+                // llama.cpp reserves: compute buffers that grow step by step
+                // are freed while the device may still hold on to them
+                // (Mesa's lavapipe reads freed buffers then).
+                let largest: Vec<Segment> = segments
+                    .iter()
+                    .map(|s| Segment { cache: s.cache, n_tokens: s.n_tokens.max(self.n_batch), all_outputs: true })
+                    .collect();
+                let n_largest = largest.iter().map(|s| s.n_tokens).sum();
+                let (reserve_for, shape) = if self.placement.is_cpu_only() {
+                    (&segments, shape)
+                } else {
+                    (&largest, BatchShape { n_tokens: n_largest, n_outputs: n_largest, ..shape })
+                };
+                let worst = timed(&self.profile, Phase::Build, || bp.build(reserve_for, true))?;
+                let pins = self.norm_pins(&worst.g, shape.n_tokens);
+                timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape, &pins))?;
             }
             let graph = timed(&self.profile, Phase::Build, || bp.build(&segments, false))?;
             if self.placement.is_cpu_only() {
                 super::compute::check_supported(self.placement.cpu, &self.backend_name, &graph.g)?;
             }
-            timed(&self.profile, Phase::Allocate, || pool.allocate(scratch.key.clone(), graph))?;
+            let pins = self.norm_pins(&graph.g, shape.n_tokens);
+            timed(&self.profile, Phase::Allocate, || pool.allocate(scratch.key.clone(), graph, &pins))?;
         }
         let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
         timed(&self.profile, Phase::Inputs, || graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, scratch));

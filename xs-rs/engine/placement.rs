@@ -112,14 +112,35 @@ impl Placement {
         slot.map_or(self.cpu, |i| self.devices[i])
     }
 
-    /// The buffer types a matmul weight of `part` may go to, best first
-    /// (llama.cpp's buffer-type lists): on a device its own; on the CPU the
-    /// repacked layouts first (when asked for), the plain one last.
-    pub fn weight_bufts(&self, part: Part) -> (Device, Vec<BufferType>) {
+    /// The buffer types a weight of `part` may go to, best first, each with
+    /// the device that would run the weight's op (llama.cpp's buffer-type
+    /// lists): a device part's own device first, then the CPU's list.
+    pub fn weight_bufts(&self, part: Part) -> Vec<(Device, BufferType)> {
         let device = self.device_of(part);
-        let mut bufts = if device.is_cpu() && self.repack { device.extra_buffer_types() } else { Vec::new() };
-        bufts.push(device.buffer_type());
-        (device, bufts)
+        let mut list = Vec::new();
+        if !device.is_cpu() {
+            list.push((device, device.buffer_type()));
+        }
+        list.extend(self.cpu_bufts());
+        list
+    }
+
+    /// llama.cpp's CPU list: the accelerators' own buffer types (where not
+    /// the CPU's), the first device's host buffer type (pinned memory, from
+    /// which ggml's scheduler may hand large batches to the device), the
+    /// repacked layouts when asked for, and the plain CPU buffer type last.
+    fn cpu_bufts(&self) -> Vec<(Device, BufferType)> {
+        let plain = self.cpu.buffer_type();
+        let mut list: Vec<(Device, BufferType)> =
+            self.accels.iter().map(|a| (*a, a.buffer_type())).filter(|&(_, b)| b != plain).collect();
+        if let Some(host) = self.devices.iter().find_map(|d| d.host_buffer_type().map(|b| (*d, b))) {
+            list.push(host);
+        }
+        if self.repack {
+            list.extend(self.cpu.extra_buffer_types().into_iter().map(|b| (self.cpu, b)));
+        }
+        list.push((self.cpu, plain));
+        list
     }
 
     /// Every device taking part, the CPU last: the scheduler's order.

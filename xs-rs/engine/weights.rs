@@ -330,15 +330,18 @@ impl<'a> Loader<'a> {
         Ok(Some(self.pending.len() - 1))
     }
 
-    /// llama.cpp's `select_weight_buft`: the first candidate buffer type in
-    /// which the device supports the weight's op (a matmul probed with a
-    /// 512-row f32 batch).
-    /// An error when no candidate, the device's own included, supports it.
+    /// llama.cpp's `select_weight_buft`: the first candidate buffer type
+    /// whose device supports the weight's op with the weight in it (a matmul
+    /// probed with a 512-row f32 batch, a row lookup with 512 ids).
+    /// Elementwise weights skip the repacked layouts, which only matmuls use.
+    /// An error when no candidate, the plain CPU included, supports it.
     fn choose_buft(&self, info: &TensorInfo, op: WeightOp, part: Part) -> Result<BufferType> {
-        let (device, bufts) = self.placement.weight_bufts(part);
-        let default = bufts[bufts.len() - 1];
-        if op == WeightOp::GetRows || op == WeightOp::Elementwise {
-            return Ok(default);
+        let candidates = self.placement.weight_bufts(part);
+        let default = candidates[0].1;
+        let repacked = self.placement.cpu.extra_buffer_types();
+        if op == WeightOp::Elementwise {
+            let plain = candidates.iter().find(|(_, b)| !repacked.contains(b)).unwrap_or(&candidates[0]);
+            return Ok(plain.1);
         }
         let Some(ctx) = Ctx::new(3, 0) else {
             return Ok(default);
@@ -349,29 +352,34 @@ impl<'a> Loader<'a> {
             return Ok(default);
         };
         // one op, asked about with the weight placed in each candidate in turn
-        let op = if op == WeightOp::MulMatId {
-            let n_used = self.n_expert_used.max(1) as i64;
-            let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], n_used, 512]);
-            let ids = ctx.new_tensor(GGML_TYPE_I32, &[n_used, 512]);
-            g.mul_mat_id(w, b, ids)
-        } else {
-            let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
-            g.mul_mat(w, b)
+        let op_tensor = match op {
+            WeightOp::MulMatId => {
+                let n_used = self.n_expert_used.max(1) as i64;
+                let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], n_used, 512]);
+                let ids = ctx.new_tensor(GGML_TYPE_I32, &[n_used, 512]);
+                g.mul_mat_id(w, b, ids)
+            }
+            WeightOp::GetRows => g.get_rows(w, ctx.new_tensor(GGML_TYPE_I32, &[512])),
+            _ => {
+                let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
+                g.mul_mat(w, b)
+            }
         };
-        for &buft in &bufts {
+        for &(candidate_device, buft) in &candidates {
             let Some(probe) = Buffer::probe(buft) else {
                 continue;
             };
             probe.mark_probe(w);
-            if device.supports_op(op) {
+            if candidate_device.supports_op(op_tensor) {
                 return Ok(buft);
             }
         }
         Err(Error::Invalid {
             path: self.model.path().clone(),
             what: format!(
-                "the {} backend cannot multiply by tensor {} of type {} (architecture {})",
-                default.name(),
+                "the {} backend cannot {} tensor {} of type {} (architecture {})",
+                self.placement.device_of(part).backend_name(),
+                if op == WeightOp::GetRows { "look up rows of" } else { "multiply by" },
                 info.name,
                 sys::type_traits(info.ggml_type).map_or("unknown", |t| t.name),
                 self.spec.name
