@@ -770,16 +770,17 @@ impl Runner {
                 // llama.cpp reserves: compute buffers that grow step by step
                 // are freed while the device may still hold on to them
                 // (Mesa's lavapipe reads freed buffers then).
-                let largest: Vec<Segment> = segments
-                    .iter()
-                    .map(|s| Segment { cache: s.cache, n_tokens: s.n_tokens.max(self.n_batch), all_outputs: true })
-                    .collect();
-                let n_largest = largest.iter().map(|s| s.n_tokens).sum();
-                let (reserve_for, shape) = if self.placement.is_cpu_only() {
-                    (&segments, shape)
+                let (largest, shape) = if self.placement.is_cpu_only() {
+                    (None, shape)
                 } else {
-                    (&largest, BatchShape { n_tokens: n_largest, n_outputs: n_largest, ..shape })
+                    let largest: Vec<Segment> = segments
+                        .iter()
+                        .map(|s| Segment { cache: s.cache, n_tokens: s.n_tokens.max(self.n_batch), all_outputs: true })
+                        .collect();
+                    let n_tokens = largest.iter().map(|s| s.n_tokens).sum();
+                    (Some(largest), BatchShape { n_tokens, n_outputs: n_tokens, ..shape })
                 };
+                let reserve_for = largest.as_ref().unwrap_or(&segments);
                 let worst = timed(&self.profile, Phase::Build, || bp.build(reserve_for, true))?;
                 let pins = self.norm_pins(&worst.g, shape.n_tokens);
                 timed(&self.profile, Phase::Allocate, || pool.reserve(&worst.g, shape, &pins))?;

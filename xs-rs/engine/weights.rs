@@ -338,8 +338,8 @@ impl<'a> Loader<'a> {
     fn choose_buft(&self, info: &TensorInfo, op: WeightOp, part: Part) -> Result<BufferType> {
         let candidates = self.placement.weight_bufts(part);
         let default = candidates[0].1;
-        let repacked = self.placement.cpu.extra_buffer_types();
         if op == WeightOp::Elementwise {
+            let repacked = self.placement.cpu.extra_buffer_types();
             let plain = candidates.iter().find(|(_, b)| !repacked.contains(b)).unwrap_or(&candidates[0]);
             return Ok(plain.1);
         }
