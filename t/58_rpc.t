@@ -2,8 +2,8 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use LughTest qw(model_path croaks_like);
-use LughTestInference qw(run_parity_set);
+use LughTest qw(model_path croaks_like lora_adapters);
+use LughTestInference qw(run_parity_set max_abs_diff);
 use LughTestRpc qw(rpc_built start_servers);
 use Time::HiRes qw(time);
 use Lugh;
@@ -50,6 +50,20 @@ plan skip_all => 'this Lugh was built without the RPC backend (LUGH_BACKENDS=rpc
             qr/main_device 2 is out of range: the session has 2 device/, 'main_device out of range');
         croaks_like(sub { Lugh::Inference->new(model => $model, rpc => \@endpoints, main_device => 0, tensor_split => [1, 1]) },
             qr/main_device and tensor_split exclude each other/, 'main_device with tensor_split');
+        # A LoRA adapter's pairs are copied to the servers beside the weights
+        # they adapt (not sent with every step): the same logits as the
+        # local session's, the remote devices computing as this CPU does.
+        my $adapters = lora_adapters('smollm2-135m-q4_1');
+        skip($adapters, 2) unless ref $adapters;
+        my $lora = Lugh::LoRA->new(adapter => $adapters->{gguf}, model => $model);
+        my $local = Lugh::Inference->new(model => $model, n_ctx => 256, backend => 'CPU');
+        my @prompt = (1, 504, 2365, 6354);
+        for my $round (1, 2) {
+            my $diff = max_abs_diff([ $inference->forward(tokens => \@prompt, lora => [ $lora, 0.75 ]) ],
+                [ $local->forward(tokens => \@prompt, lora => [ $lora, 0.75 ]) ]);
+            cmp_ok($diff, '<=', 0.05, "with a LoRA adapter (use $round), the local session's logits (max diff "
+                . sprintf('%.5f', $diff) . ')');
+        }
     }
     my $checked = run_parity_set(set => 'rpc-split', tolerance => 0.05, greedy => 16, inference_options => \%split);
     diag("$checked reference cases checked");
@@ -88,6 +102,14 @@ SKIP: {
         is_deeply(\@got, [ @expected[ 0 .. 2 ] ], "$what: no token from the lost step reached the callback");
         croaks_like(sub { $inference->forward(\@prompt) }, qr/RPC server \Q$endpoints[1]\E stopped answering/,
             "$what: the session refuses to go on");
+        SKIP: {
+            my $adapters = lora_adapters('smollm2-135m-q4_1');
+            skip($adapters, 1) unless ref $adapters;
+            # its pairs would be copied to the servers first: refused before that
+            my $lora = Lugh::LoRA->new(adapter => $adapters->{gguf}, model => $model);
+            croaks_like(sub { $inference->forward(tokens => \@prompt, lora => $lora) },
+                qr/RPC server \Q$endpoints[1]\E stopped answering/, "$what: with a LoRA adapter too");
+        }
         is_deeply([ $local->generate(\@prompt, max_tokens => 12, greedy => 1) ], \@expected,
             "$what: another session of the process carries on");
         undef $inference;

@@ -6,7 +6,7 @@ use warnings;
 BEGIN { $ENV{GGML_VK_VISIBLE_DEVICES} //= '0' }
 use Test::More;
 use lib 't/lib';
-use LughTest qw(model_path croaks_like);
+use LughTest qw(model_path croaks_like lora_adapters @LORA_MODELS);
 use LughTestInference qw(run_parity_set);
 use Lugh;
 
@@ -15,7 +15,8 @@ use Lugh;
 # mesa-vulkan-drivers). Three of the parity prompts with every layer on the
 # device, against llama.cpp built with Vulkan (bench/build-llama-reference
 # vulkan) on the same driver: set `vulkan`, and `vulkan-split` with the last
-# 12 layers on the device. Not against the CPU set: the CPU
+# 12 layers on the device, and `vulkan-lora`, that split with a LoRA
+# adapter. Not against the CPU set: the CPU
 # backend multiplies quantized weights by activations it quantizes to 8 bits
 # and Vulkan (without integer dot products) by f16/f32 activations, which
 # moves the top-20 logits by up to 1.10 in llama.cpp itself.
@@ -68,6 +69,23 @@ my $checked = run_parity_set(set => 'vulkan', tolerance => 0.05, greedy => 8, in
 # weights then sit in the device's host memory, as in llama.cpp.
 $checked += run_parity_set(set => 'vulkan-split', tolerance => 0.05, greedy => 8,
     inference_options => { backend => 'Vulkan', n_gpu_layers => 12 });
+# With a LoRA adapter (t/54's, at its scale): each pair goes beside its base
+# weight, on the device for the offloaded layers, on the CPU for the others,
+# as llama.cpp places them.
+SKIP: {
+    my %adapters;
+    for my $name (@LORA_MODELS) {
+        my $a = lora_adapters($name);
+        skip($a, 1) unless ref $a;
+        $adapters{$name} = $a->{gguf};
+    }
+    $checked += run_parity_set(set => 'vulkan-lora', tolerance => 0.05, greedy => 8, models => \@LORA_MODELS,
+        inference_options => { backend => 'Vulkan', n_gpu_layers => 12 },
+        call => sub {
+            my ($name, $model) = @_;
+            return (lora => [ Lugh::LoRA->new(adapter => $adapters{$name}, model => $model), 0.75 ]);
+        });
+}
 diag("$checked reference cases checked");
 
 done_testing;

@@ -242,9 +242,11 @@ the proportions of C<tensor_split> (one number per device; by default each
 device's free memory), each device taking a run of consecutive layers; the
 token embeddings and the other layers stay on the CPU. C<main_device> puts
 every offloaded layer on that one device instead (llama.cpp's
-C<--split-mode none>). Weights and KV cache live with their layer; ggml's
-scheduler moves activations between devices and runs on the CPU what a device
-cannot. C<< $inference->devices >> tells the outcome. C<n_gpu_layers> with no
+C<--split-mode none>). Weights and KV cache live with their layer, and so do
+the pairs of a LoRA adapter read from a file (copied there the first time a
+session over these devices uses it, kept while the adapter lives; an adapter
+being trained stays on the CPU); ggml's scheduler moves activations between
+devices and runs on the CPU what a device cannot. C<< $inference->devices >> tells the outcome. C<n_gpu_layers> with no
 device to take layers leaves everything on the CPU; C<tensor_split> and
 C<main_device> then croak, as they do when they do not fit the devices.
 

@@ -114,6 +114,14 @@ it: C<generate> and chats start over rather than reuse a cached prompt
 computed with other adapters or RoPE settings; with C<forward_cache> keeping
 them consistent is the caller's part.
 
+An adapter is read into the CPU's memory. A session whose layers are on
+other devices (a GPU, RPC servers; see L<Lugh::Inference/new>) copies each
+pair beside the weight it adapts, as llama.cpp places adapters, the first
+time it uses the adapter; sessions sharing those weights share the copies,
+which live as long as the adapter. Over RPC this keeps the pairs off the
+network, which they would otherwise cross at every step. An adapter made by
+L</create> is read where it is, since training changes it.
+
 =head1 CONSTRUCTOR
 
 =head2 new

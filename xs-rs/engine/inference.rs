@@ -82,7 +82,8 @@ pub struct Overrides {
 /// A call's resolved settings, and their fingerprint for the graph cache.
 struct Variant<'a> {
     rope: RopeSettings,
-    adapters: &'a [(Arc<LoraAdapter>, f32)],
+    /// The call's adapters, over devices their copies beside the weights.
+    adapters: std::borrow::Cow<'a, [(Arc<LoraAdapter>, f32)]>,
     key: u64,
 }
 
@@ -680,7 +681,21 @@ impl Runner {
             key.update(&adapter.id().to_le_bytes());
             key.update(&scale.to_bits().to_le_bytes());
         }
-        Ok(Variant { key: key.digest(), rope, adapters: &ov.adapters })
+        let adapters = if self.placement.is_cpu_only() {
+            std::borrow::Cow::Borrowed(&ov.adapters[..])
+        } else {
+            let beside = |(adapter, scale): &(Arc<LoraAdapter>, f32)| {
+                Ok((adapter.beside(&self.weights, self.placement.cpu)?, *scale))
+            };
+            // copies to an RPC server that is gone fail as the server, not as memory
+            self.check_servers()?;
+            let placed = ov.adapters.iter().map(beside).collect::<Result<Vec<_>>>();
+            if let Some(servers) = &self.rpc {
+                servers.check("copying the LoRA adapters")?;
+            }
+            std::borrow::Cow::Owned(placed?)
+        };
+        Ok(Variant { key: key.digest(), rope, adapters })
     }
 
     /// The key of the settings a call with `ov` computes with (what a cache
@@ -748,7 +763,7 @@ impl Runner {
             flash_attn: self.flash_attn,
             rope_factors: self.weights.rope_factors_for(self.n_ctx, &self.hp),
             rope: &variant.rope,
-            adapters: variant.adapters,
+            adapters: &variant.adapters,
             head,
             differentiable: false,
         };

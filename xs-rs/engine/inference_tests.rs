@@ -457,6 +457,25 @@ fn bench_pp64_tg32() {
     println!("lugh {name} threads {threads}: pp64 {:.2} t/s, tg32 {:.2} t/s", mean(&pp), mean(&tg));
 }
 
+/// A CPU session's weights are where an adapter's pairs already are:
+/// `beside` gives the adapter itself and copies nothing. (Copies beside
+/// device weights are checked by t/58 over RPC and t/59 on Vulkan.)
+#[test]
+fn adapters_need_no_copy_beside_cpu_weights() {
+    let Some(model) = open("smollm2-135m-q4_1") else { return };
+    let path = model_dir().join("lora/smollm2-135m-q4_1.gguf");
+    if !path.exists() {
+        eprintln!("skipped: {} is absent", path.display());
+        return;
+    }
+    let adapter = Arc::new(LoraAdapter::load(&path, &model).expect("the adapter loads"));
+    let inf = session(&model, false, 64);
+    assert!(inf.weights.buffer_type_of("blk.0.attn_q.weight").is_some());
+    assert!(inf.weights.buffer_type_of("no.such.weight").is_none());
+    let beside = adapter.beside(&inf.weights, inf.placement.cpu).expect("beside");
+    assert!(Arc::ptr_eq(&adapter, &beside));
+}
+
 /// Debug aid: the top logits for given token ids, to compare with llama.cpp's
 /// ref-json on the same prompt: `LUGH_PROBE="model fa(on|off) id,id,..." cargo
 /// test --release -- --ignored --nocapture probe_top_logits`.

@@ -11,12 +11,13 @@
 use super::arch::{spec_for, Rope};
 use super::autograd::Variable;
 use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
-use super::ggml_runtime::{self as rt, Buffer, Device};
+use super::ggml_runtime::{self as rt, Buffer, BufferType, Device};
 use super::gguf::{Gguf, Value};
 use super::gguf_writer::GgufWriter;
 use super::model::Model;
 use super::safetensors::{Dtype, SafeTensors};
 use super::tensor::TensorContext;
+use super::weights::ModelWeights;
 use super::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
@@ -24,7 +25,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 const GGML_TYPE_Q8_0: c_int = 8;
 const GGML_TYPE_BF16: c_int = 30;
@@ -87,12 +88,16 @@ pub struct LoraAdapter {
     model_fingerprint: u64,
     model_path: PathBuf,
     storage: Storage,
+    /// Its copies beside the weights of sessions over devices (see
+    /// `beside`), kept while those weights are.
+    copies: Mutex<Vec<(Weak<ModelWeights>, Arc<LoraAdapter>)>>,
 }
 
 /// Where an adapter's tensors live.
 enum Storage {
-    /// Read from a file: in the buffer, described by the context.
-    Loaded { _buffer: Buffer, _ctx: Ctx },
+    /// Read from a file, or copied beside a session's weights: in these
+    /// buffers (one per buffer type), described by their contexts.
+    Buffers { _buffers: Vec<Buffer>, _contexts: Vec<Ctx> },
     /// Made to be trained: autograd tensors (A, B per base weight, in
     /// creation order), in a context of their own.
     Trainable { params: Vec<TrainablePair>, architecture: String },
@@ -161,35 +166,19 @@ impl LoraAdapter {
         if staged.is_empty() {
             return Err(invalid(path, "it has no LoRA tensor pairs".into()));
         }
-        let ctx = Ctx::new(2 * staged.len(), 0)
-            .ok_or_else(|| Error::Ggml("cannot create a context for the adapter's tensors".into()))?;
-        let mut tensors = Vec::with_capacity(staged.len());
-        for (name, pair) in &staged {
-            let a = ctx.new_tensor(pair.a.ty, &pair.a.ne);
-            a.set_name(&format!("{name}.lora_a"));
-            let b = ctx.new_tensor(pair.b.ty, &pair.b.ne);
-            b.set_name(&format!("{name}.lora_b"));
-            tensors.push((a, b));
-        }
         let device = Device::by_backend_name("CPU").ok_or_else(|| Error::Backend("no CPU device".into()))?;
-        let buffer = Buffer::alloc_ctx_tensors(&ctx, device.buffer_type())
-            .ok_or_else(|| Error::Ggml("cannot allocate the adapter's buffer".into()))?;
-        let mut pairs = HashMap::with_capacity(staged.len());
-        for ((name, pair), (a, b)) in staged.into_iter().zip(tensors) {
-            rt::tensor_set_bytes(a, &pair.a.data);
-            rt::tensor_set_bytes(b, &pair.b.data);
-            pairs.insert(name, LoraPair { a, b, alpha: pair.alpha });
-        }
+        let PairBuffer { buffer, ctx, pairs } = allocate(device.buffer_type(), staged.into_iter().collect())?;
         Ok(LoraAdapter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             path: path.to_path_buf(),
             format,
             alpha,
             scale: AtomicU32::new(1.0f32.to_bits()),
-            pairs,
+            pairs: pairs.into_iter().collect(),
             model_fingerprint: model.fingerprint()?,
             model_path: model.path().clone(),
-            storage: Storage::Loaded { _buffer: buffer, _ctx: ctx },
+            storage: Storage::Buffers { _buffers: vec![buffer], _contexts: vec![ctx] },
+            copies: Mutex::default(),
         })
     }
 
@@ -269,6 +258,7 @@ impl LoraAdapter {
             model_fingerprint: model.fingerprint()?,
             model_path: model.path().clone(),
             storage: Storage::Trainable { params, architecture: model.architecture().unwrap_or("").to_string() },
+            copies: Mutex::default(),
         };
         adapter.set_scale(spec.scale)?;
         Ok(adapter)
@@ -279,7 +269,7 @@ impl LoraAdapter {
     pub fn trainable(&self) -> Option<&[TrainablePair]> {
         match &self.storage {
             Storage::Trainable { params, .. } => Some(params),
-            Storage::Loaded { .. } => None,
+            Storage::Buffers { .. } => None,
         }
     }
 
@@ -340,6 +330,76 @@ impl LoraAdapter {
         self.pairs.get(name)
     }
 
+    /// This adapter with each pair beside the base weight it adapts in
+    /// `weights`, as llama.cpp places adapters: in the weight's buffer type
+    /// (a device's memory, or its pinned host memory), or the CPU's plain
+    /// one for a weight in a repacked layout. Itself when that is where
+    /// every pair already is (the CPU), and for an adapter being trained,
+    /// whose values change under the optimizer. The copies are made once
+    /// per placed weights and kept while both live.
+    pub fn beside(self: &Arc<Self>, weights: &Arc<ModelWeights>, cpu: Device) -> Result<Arc<LoraAdapter>> {
+        if matches!(self.storage, Storage::Trainable { .. }) {
+            return Ok(Arc::clone(self));
+        }
+        let plain = cpu.buffer_type();
+        let repacked = cpu.extra_buffer_types();
+        let buft_of = |name: &str| match weights.buffer_type_of(name) {
+            Some(b) if !repacked.contains(&b) => b,
+            _ => plain,
+        };
+        if self.pairs.keys().all(|name| buft_of(name) == plain) {
+            return Ok(Arc::clone(self));
+        }
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        copies.retain(|(w, _)| w.strong_count() > 0);
+        // a Weak keeps its allocation: no other weights can have that address
+        if let Some((_, copy)) = copies.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(weights))) {
+            return Ok(Arc::clone(copy));
+        }
+        let mut groups: Vec<(BufferType, Vec<(String, StagedPair)>)> = Vec::new();
+        for (name, pair) in &self.pairs {
+            let read = |t: Tensor| {
+                let mut data = vec![0u8; t.nbytes()];
+                rt::tensor_read(t, 0, &mut data);
+                let ne = t.ne();
+                Staged { ty: t.type_id(), ne: [ne[0], ne[1]], data }
+            };
+            let staged = StagedPair { a: read(pair.a), b: read(pair.b), alpha: pair.alpha };
+            let buft = buft_of(name);
+            match groups.iter_mut().find(|(b, _)| *b == buft) {
+                Some((_, members)) => members.push((name.clone(), staged)),
+                None => groups.push((buft, vec![(name.clone(), staged)])),
+            }
+        }
+        let (mut buffers, mut contexts, mut pairs) = (Vec::new(), Vec::new(), HashMap::with_capacity(self.pairs.len()));
+        for (buft, members) in groups {
+            let placed = allocate(buft, members)?;
+            buffers.push(placed.buffer);
+            contexts.push(placed.ctx);
+            pairs.extend(placed.pairs);
+        }
+        crate::debug_log!(
+            "LoRA adapter '{}': {} pairs copied beside their weights ({})",
+            self.path.display(),
+            pairs.len(),
+            buffers.iter().map(|b| format!("{} bytes", b.size())).collect::<Vec<_>>().join(", ")
+        );
+        let copy = Arc::new(LoraAdapter {
+            id: self.id,
+            path: self.path.clone(),
+            format: self.format,
+            alpha: self.alpha,
+            scale: AtomicU32::new(self.scale.load(Ordering::Relaxed)),
+            pairs,
+            model_fingerprint: self.model_fingerprint,
+            model_path: self.model_path.clone(),
+            storage: Storage::Buffers { _buffers: buffers, _contexts: contexts },
+            copies: Mutex::default(),
+        });
+        copies.push((Arc::downgrade(weights), Arc::clone(&copy)));
+        Ok(copy)
+    }
+
     /// Refuses a session on another model than the adapter was made for.
     pub fn check_model(&self, model: &Model) -> Result<()> {
         if model.fingerprint()? != self.model_fingerprint {
@@ -352,6 +412,38 @@ impl LoraAdapter {
         }
         Ok(())
     }
+}
+
+/// Pairs in a buffer of their own, with the context describing them.
+struct PairBuffer {
+    buffer: Buffer,
+    ctx: Ctx,
+    /// (base weight name, pair)
+    pairs: Vec<(String, LoraPair)>,
+}
+
+/// New tensors for `staged` (named NAME.lora_a/_b), in one new buffer of
+/// type `buft`, filled with their values.
+fn allocate(buft: BufferType, staged: Vec<(String, StagedPair)>) -> Result<PairBuffer> {
+    let ctx = Ctx::new(2 * staged.len(), 0)
+        .ok_or_else(|| Error::Ggml("cannot create a context for the adapter's tensors".into()))?;
+    let mut tensors = Vec::with_capacity(staged.len());
+    for (name, pair) in &staged {
+        let a = ctx.new_tensor(pair.a.ty, &pair.a.ne);
+        a.set_name(&format!("{name}.lora_a"));
+        let b = ctx.new_tensor(pair.b.ty, &pair.b.ne);
+        b.set_name(&format!("{name}.lora_b"));
+        tensors.push((a, b));
+    }
+    let buffer = Buffer::alloc_ctx_tensors(&ctx, buft)
+        .ok_or_else(|| Error::Ggml(format!("cannot allocate a {} buffer for the adapter's tensors", buft.name())))?;
+    let mut pairs = Vec::with_capacity(staged.len());
+    for ((name, pair), (a, b)) in staged.into_iter().zip(tensors) {
+        rt::tensor_set_bytes(a, &pair.a.data);
+        rt::tensor_set_bytes(b, &pair.b.data);
+        pairs.push((name, LoraPair { a, b, alpha: pair.alpha }));
+    }
+    Ok(PairBuffer { buffer, ctx, pairs })
 }
 
 fn invalid(path: &Path, what: String) -> Error {

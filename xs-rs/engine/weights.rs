@@ -204,6 +204,9 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
     /// (buffer type name, bytes) per buffer, for diagnostics.
     pub placement: Vec<(String, usize)>,
+    /// The buffer type of each weight, by GGUF name (a tied output: its
+    /// token_embd's lookup copy), where a LoRA pair goes beside it.
+    bufts_by_name: HashMap<String, BufferType>,
     // Drop order: buffers before the contexts that describe their tensors,
     // and both before the model whose mapping the CPU buffer points into.
     _buffers: Vec<Buffer>,
@@ -581,6 +584,10 @@ impl ModelWeights {
         }
 
         let (contexts, buffers, placement) = place(&mut ld)?;
+        let mut bufts_by_name = HashMap::with_capacity(ld.pending.len());
+        for p in &ld.pending {
+            bufts_by_name.entry(p.info.name.clone()).or_insert(ld.bufts[p.buft]);
+        }
         let t = |i: usize| ld.tensor(i);
         let o = |i: Option<usize>| i.map(|i| ld.tensor(i));
         let layers = layer_idx
@@ -641,6 +648,7 @@ impl ModelWeights {
             rope_short: o(rope_short),
             layers,
             placement,
+            bufts_by_name,
             _buffers: buffers,
             _contexts: contexts,
             _model: Arc::clone(model),
@@ -713,11 +721,17 @@ impl ModelWeights {
             rope_short: self.rope_short,
             layers,
             placement: Vec::new(),
+            bufts_by_name: self.bufts_by_name.clone(),
             _buffers: Vec::new(),
             _contexts: Vec::new(),
             _model: self._model.clone(),
             _base: Some(self.clone()),
         }
+    }
+
+    /// The buffer type the weight called `name` (its GGUF name) is in.
+    pub fn buffer_type_of(&self, name: &str) -> Option<BufferType> {
+        self.bufts_by_name.get(name).copied()
     }
 
     /// The RoPE factors a session with an `n_ctx` context uses (llama.cpp's
