@@ -681,7 +681,7 @@ impl Runner {
             key.update(&adapter.id().to_le_bytes());
             key.update(&scale.to_bits().to_le_bytes());
         }
-        let adapters = if self.placement.is_cpu_only() {
+        let adapters = if self.placement.is_cpu_only() || ov.adapters.is_empty() {
             std::borrow::Cow::Borrowed(&ov.adapters[..])
         } else {
             let beside = |(adapter, scale): &(Arc<LoraAdapter>, f32)| {

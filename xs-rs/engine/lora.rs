@@ -89,9 +89,13 @@ pub struct LoraAdapter {
     model_path: PathBuf,
     storage: Storage,
     /// Its copies beside the weights of sessions over devices (see
-    /// `beside`), kept while those weights are.
-    copies: Mutex<Vec<(Weak<ModelWeights>, Arc<LoraAdapter>)>>,
+    /// `beside`; None: none needed there), kept while those weights are.
+    copies: Mutex<Vec<Beside>>,
 }
+
+/// For one placed weights: the adapter's copy beside them, or None when
+/// its pairs are already there.
+type Beside = (Weak<ModelWeights>, Option<Arc<LoraAdapter>>);
 
 /// Where an adapter's tensors live.
 enum Storage {
@@ -335,11 +339,18 @@ impl LoraAdapter {
     /// (a device's memory, or its pinned host memory), or the CPU's plain
     /// one for a weight in a repacked layout. Itself when that is where
     /// every pair already is (the CPU), and for an adapter being trained,
-    /// whose values change under the optimizer. The copies are made once
-    /// per placed weights and kept while both live.
+    /// whose values change under the optimizer. What it gives for each
+    /// placed weights is worked out (and copied) once and kept while both
+    /// live: every call of a session asks again.
     pub fn beside(self: &Arc<Self>, weights: &Arc<ModelWeights>, cpu: Device) -> Result<Arc<LoraAdapter>> {
         if matches!(self.storage, Storage::Trainable { .. }) {
             return Ok(Arc::clone(self));
+        }
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        copies.retain(|(w, _)| w.strong_count() > 0);
+        // a Weak keeps its allocation: no other weights can have that address
+        if let Some((_, copy)) = copies.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(weights))) {
+            return Ok(copy.as_ref().map_or_else(|| Arc::clone(self), Arc::clone));
         }
         let plain = cpu.buffer_type();
         let repacked = cpu.extra_buffer_types();
@@ -348,13 +359,8 @@ impl LoraAdapter {
             _ => plain,
         };
         if self.pairs.keys().all(|name| buft_of(name) == plain) {
+            copies.push((Arc::downgrade(weights), None));
             return Ok(Arc::clone(self));
-        }
-        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
-        copies.retain(|(w, _)| w.strong_count() > 0);
-        // a Weak keeps its allocation: no other weights can have that address
-        if let Some((_, copy)) = copies.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(weights))) {
-            return Ok(Arc::clone(copy));
         }
         let mut groups: Vec<(BufferType, Vec<(String, StagedPair)>)> = Vec::new();
         for (name, pair) in &self.pairs {
@@ -396,7 +402,7 @@ impl LoraAdapter {
             storage: Storage::Buffers { _buffers: buffers, _contexts: contexts },
             copies: Mutex::default(),
         });
-        copies.push((Arc::downgrade(weights), Arc::clone(&copy)));
+        copies.push((Arc::downgrade(weights), Some(Arc::clone(&copy))));
         Ok(copy)
     }
 

@@ -4,7 +4,7 @@
 //! (the CPU's repacking "extra" types for matmul weights they support, else
 //! the plain CPU buffer mapped over the file without a copy).
 use super::arch::{Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors};
-use super::ggml_ops::{Ctx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
+use super::ggml_ops::{Ctx, RopeParams, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use super::ggml_runtime::{self as rt, Buffer, BufferType};
 use super::ggml_sys as sys;
 use super::gguf::TensorInfo;
@@ -58,8 +58,12 @@ enum WeightOp {
     MulMat,
     /// Expert matrices, multiplied by the routed experts' ids.
     MulMatId,
-    /// Elementwise (norm weights, biases).
-    Elementwise,
+    /// Biases, added.
+    Add,
+    /// Norm weights, multiplied elementwise.
+    Mul,
+    /// RoPE frequency factors.
+    Rope,
 }
 
 impl TensorKind {
@@ -110,7 +114,7 @@ impl TensorKind {
     fn op(self, suffix: &str) -> WeightOp {
         use TensorKind::*;
         match (self, suffix) {
-            (_, "bias") => WeightOp::Elementwise,
+            (_, "bias") => WeightOp::Add,
             (TokenEmbd | PosEmbd, _) => WeightOp::GetRows,
             (FfnGateExps | FfnUpExps | FfnDownExps, _) => WeightOp::MulMatId,
             (
@@ -118,7 +122,8 @@ impl TensorKind {
                 | FfnGateInpShexp | FfnGateShexp | FfnUpShexp | FfnDownShexp,
                 _,
             ) => WeightOp::MulMat,
-            _ => WeightOp::Elementwise,
+            (RopeFreqs | RopeFactorsLong | RopeFactorsShort, _) => WeightOp::Rope,
+            _ => WeightOp::Mul,
         }
     }
 }
@@ -307,8 +312,8 @@ impl<'a> Loader<'a> {
         let check_as = match op {
             WeightOp::MulMat | WeightOp::MulMatId => Role::MatMul,
             WeightOp::GetRows => Role::GetRows,
-            WeightOp::Elementwise if suffix == "bias" => Role::Bias,
-            WeightOp::Elementwise => Role::Norm,
+            WeightOp::Add => Role::Bias,
+            WeightOp::Mul | WeightOp::Rope => Role::Norm,
         };
         let what = if role == file_kind { name.clone() } else { format!("{name} (used as {})", role.name(il, suffix)) };
         validate::tensor_type(self.model.path(), &what, check_as, info.ggml_type, self.spec.name)?;
@@ -335,25 +340,17 @@ impl<'a> Loader<'a> {
 
     /// llama.cpp's `select_weight_buft`: the first candidate buffer type
     /// whose device supports the weight's op with the weight in it (a matmul
-    /// probed with a 512-row f32 batch, a row lookup with 512 ids).
-    /// Elementwise weights skip the repacked layouts, which only matmuls use.
+    /// probed with a 512-row f32 batch, a row lookup with 512 ids, a bias
+    /// added to or a norm weight multiplied with f32 rows of its shape,
+    /// RoPE factors used on 512 rows; the repacked layouts take matmuls only).
     /// An error when no candidate, the plain CPU included, supports it.
     fn choose_buft(&self, info: &TensorInfo, op: WeightOp, part: Part) -> Result<BufferType> {
         let candidates = self.placement.weight_bufts(part);
-        let default = candidates[0].1;
-        if op == WeightOp::Elementwise {
-            let repacked = self.placement.cpu.extra_buffer_types();
-            let plain = candidates.iter().find(|(_, b)| !repacked.contains(b)).unwrap_or(&candidates[0]);
-            return Ok(plain.1);
-        }
-        let Some(ctx) = Ctx::new(3, 0) else {
-            return Ok(default);
-        };
+        let no_probe = || Error::Ggml(format!("cannot make the op that chooses where {} goes", info.name));
+        let ctx = Ctx::new(3, 0).ok_or_else(no_probe)?;
         let ne = info.ne();
         let w = ctx.new_tensor(info.ggml_type as i32, &ne);
-        let Some(g) = super::ggml_ops::GraphCtx::new(4) else {
-            return Ok(default);
-        };
+        let g = super::ggml_ops::GraphCtx::new(4).ok_or_else(no_probe)?;
         // one op, asked about with the weight placed in each candidate in turn
         let op_tensor = match op {
             WeightOp::MulMatId => {
@@ -363,7 +360,26 @@ impl<'a> Loader<'a> {
                 g.mul_mat_id(w, b, ids)
             }
             WeightOp::GetRows => g.get_rows(w, ctx.new_tensor(GGML_TYPE_I32, &[512])),
-            _ => {
+            WeightOp::Add => g.add(ctx.new_tensor(GGML_TYPE_F32, &ne), w),
+            WeightOp::Mul => g.mul(ctx.new_tensor(GGML_TYPE_F32, &ne), w),
+            WeightOp::Rope => {
+                // one head of the rotated width (twice the factors) over 512 positions
+                let rows = ctx.new_tensor(GGML_TYPE_F32, &[2 * ne[0], 1, 512]);
+                let pos = ctx.new_tensor(GGML_TYPE_I32, &[512]);
+                let p = RopeParams {
+                    n_dims: 2 * ne[0] as i32,
+                    mode: 0,
+                    n_ctx_orig: 0,
+                    freq_base: 10000.0,
+                    freq_scale: 1.0,
+                    ext_factor: 0.0,
+                    attn_factor: 1.0,
+                    beta_fast: 0.0,
+                    beta_slow: 0.0,
+                };
+                g.rope_ext(rows, pos, Some(w), &p)
+            }
+            WeightOp::MulMat => {
                 let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]]);
                 g.mul_mat(w, b)
             }
@@ -382,7 +398,12 @@ impl<'a> Loader<'a> {
             what: format!(
                 "the {} backend cannot {} tensor {} of type {} (architecture {})",
                 self.placement.device_of(part).backend_name(),
-                if op == WeightOp::GetRows { "look up rows of" } else { "multiply by" },
+                match op {
+                    WeightOp::GetRows => "look up rows of",
+                    WeightOp::MulMat | WeightOp::MulMatId => "multiply by",
+                    WeightOp::Add => "add",
+                    WeightOp::Mul | WeightOp::Rope => "apply",
+                },
                 info.name,
                 sys::type_traits(info.ggml_type).map_or("unknown", |t| t.name),
                 self.spec.name
