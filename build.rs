@@ -36,7 +36,7 @@ fn main() {
 
 /// vendor/ggml/layout.txt, checked on both sides: a C file of
 /// `_Static_assert`s compiled against ggml's headers, and a Rust file of
-/// const asserts that ggml_sys.rs includes (64-bit targets; elsewhere the
+/// const asserts that xs-rs/engine/ggml/sys.rs includes (64-bit targets; elsewhere the
 /// Rust file is empty).
 fn check_ggml_layouts(ggml: &Path, out: &Path) {
     println!("cargo:rerun-if-changed=vendor/ggml/layout.txt");

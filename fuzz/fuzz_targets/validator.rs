@@ -3,7 +3,7 @@
 //! finite-or-rejected, never a ggml abort or a fault.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lugh::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, Runner};
+use lugh::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, Runner};
 mod common;
 
 fuzz_target!(|data: &[u8]| {

@@ -122,7 +122,7 @@ yet holds nothing to save, and croaks.
 For SmolLM2-135M a position takes 22.5 KiB (30 layers of 192 keys and 192
 values in f16), for Qwen2.5-0.5B 12 KiB: 500 positions are 11.5 or 6 MB.
 
-The format (version 1, described in F<xs-rs/engine/kv_file.rs>): a header
+The format (version 1, described in F<xs-rs/engine/forward/kv_file.rs>): a header
 of 256 bytes (the magic C<LUGHKVC\0>, the version, the model's fingerprint,
 architecture and name, the cache's shape, C<n_ctx>, the flash-attention
 setting and the number of positions) with its own checksum, the token ids,

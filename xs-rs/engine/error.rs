@@ -33,7 +33,7 @@ pub enum Error {
     UnsupportedTokenizer { path: PathBuf, what: String },
     /// A token id outside the vocabulary (`pos`: its index in the input).
     TokenOutOfRange { pos: Option<usize>, id: i64, n_vocab: usize },
-    /// The model's architecture has no row in engine/arch.rs.
+    /// The model's architecture has no row in engine/model/arch.rs.
     UnsupportedArchitecture { path: PathBuf, name: String, supported: Vec<&'static str> },
     /// A tensor the architecture requires is not in the file.
     MissingTensor { path: PathBuf, name: String, arch: &'static str },
@@ -44,7 +44,7 @@ pub enum Error {
     /// The file does not start with the magic of a saved KV cache.
     NotSavedCache { path: PathBuf },
     /// A saved KV cache in a format version this Lugh does not read.
-    UnsupportedCacheVersion { path: PathBuf, version: u32 },
+    UnsupportedCacheVersion { path: PathBuf, version: u32, readable: u32 },
     /// A well-formed saved KV cache made for another model or other
     /// session settings.
     CacheMismatch { path: PathBuf, what: String },
@@ -100,12 +100,11 @@ impl fmt::Display for Error {
             Error::NotSavedCache { path } => {
                 write!(f, "'{}' is not a saved Lugh KV cache (bad magic)", path.display())
             }
-            Error::UnsupportedCacheVersion { path, version } => write!(
+            Error::UnsupportedCacheVersion { path, version, readable } => write!(
                 f,
                 "'{}' is a saved KV cache of format version {version}, which this Lugh does not read (it reads \
-                 version {})",
-                path.display(),
-                super::kv_file::FORMAT_VERSION
+                 version {readable})",
+                path.display()
             ),
             Error::CacheMismatch { path, what } => {
                 write!(f, "'{}' cannot be loaded into this session: {what}", path.display())

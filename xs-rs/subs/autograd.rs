@@ -1,8 +1,8 @@
 //! XS subs of Lugh::Autograd::Tensor and Lugh::Autograd::Ops (the grad
 //! mode and the `no_grad { }` blocks live in Lugh/Autograd.pm).
 use super::tensor::{context_arg, dims_from, new_tensor};
-use crate::engine::autograd::{apply, Op, Variable};
-use crate::engine::quant;
+use crate::engine::ggml::quant;
+use crate::engine::train::autograd::{apply, Op, Variable};
 use crate::engine::Error;
 use crate::glue::{as_method, new_object, object_arc, Args, Perl, Ret, Sv};
 use crate::xs_subs;

@@ -1,7 +1,7 @@
 //! XS subs of Lugh::Graph: computes Lugh::Ops results.
 use super::tensor::tensor_arg;
-use crate::engine::inference::{physical_cores, MAX_THREADS};
-use crate::engine::tensor_graph::TensorGraph;
+use crate::engine::ggml::cpu_budget::{physical_cores, MAX_THREADS};
+use crate::engine::tensor::graph::TensorGraph;
 use crate::engine::Error;
 use crate::glue::{new_object, object_arc, Args, Ret};
 use crate::xs_subs;

@@ -3,14 +3,15 @@
 //! Lugh/Inference.pm.
 use super::lora::lora_arg;
 use super::rope::rope_arg;
-use crate::engine::embedding::Pooling;
-use crate::engine::generate::{GenerateOptions, Step, TokenLogprob};
-use crate::engine::inference::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX, MAX_THREADS};
-use crate::engine::logits::Logits;
+use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
+use crate::engine::generate::embedding::Pooling;
+use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
+use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
+use crate::engine::generate::logits::Logits;
+use crate::engine::generate::sampler::{Sampler, SamplerOptions};
+use crate::engine::ggml::cpu_budget::MAX_THREADS;
+use crate::engine::model::tokenizer::EncodeOptions;
 use crate::engine::model::Model;
-use crate::engine::sampler::{Sampler, SamplerOptions};
-use crate::engine::session::{CacheHandle, Inference, PoolHandle};
-use crate::engine::tokenizer::EncodeOptions;
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt,
@@ -96,7 +97,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
             perl.string_arg(sv, "rpc")?.split(',').map(|e| e.trim().to_string()).collect()
         };
         for endpoint in &servers {
-            crate::engine::rpc::parse_endpoint(endpoint)?;
+            crate::engine::ggml::rpc::parse_endpoint(endpoint)?;
         }
         if servers.is_empty() {
             return Err(Error::Argument("rpc needs at least one server (host:port)".into()));

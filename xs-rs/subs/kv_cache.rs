@@ -1,6 +1,6 @@
 //! XS subs of Lugh::KVCache (made by Lugh::Inference->create_kv_cache).
 use super::inference::{CACHE_CLASS, CLASS as INFERENCE_CLASS};
-use crate::engine::session::{CacheHandle, CacheShape, Inference};
+use crate::engine::generate::inference::{CacheHandle, CacheShape, Inference};
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,

@@ -1,5 +1,5 @@
 //! XS subs of Lugh::Logits (made by the forward family with `as_object`).
-use crate::engine::logits::Logits;
+use crate::engine::generate::logits::Logits;
 use crate::engine::Error;
 use crate::glue::{new_object, object_arc, Args, Perl, Ret, Sv};
 use crate::xs_subs;

@@ -1,8 +1,9 @@
 //! XS subs of Lugh::LoRA: a LoRA adapter loaded for a model, and the
 //! `lora =>` argument of the forward, generate and scoring calls.
 use super::autograd::new_variable;
-use crate::engine::lora::{AdapterUses, LoraAdapter, LoraSpec, TrainablePair};
+use crate::engine::forward::lora::{AdapterUses, LoraAdapter};
 use crate::engine::model::Model;
+use crate::engine::train::lora::{LoraSpec, TrainableAdapter, TrainablePair};
 use crate::engine::Error;
 use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
 use crate::xs_subs;

@@ -1,6 +1,6 @@
 //! XS subs of the package Lugh: backends and versions.
-use crate::engine::inference::available_cpus;
-use crate::engine::{backend, cpu, sampler, Error};
+use crate::engine::ggml::cpu_budget::available_cpus;
+use crate::engine::{ggml::backend, ggml::cpu, rng, Error};
 use crate::glue::Ret;
 use crate::xs_subs;
 
@@ -30,7 +30,7 @@ xs_subs! { "Lugh";
     fn supported_architectures(args) {
         args.expect(0, 0, "")?;
         let perl = args.perl();
-        Ok(Ret::List(crate::engine::arch::ARCHITECTURES.iter().map(|a| perl.str(a.name)).collect()))
+        Ok(Ret::List(crate::engine::model::arch::ARCHITECTURES.iter().map(|a| perl.str(a.name)).collect()))
     }
 
     fn available_backends(args) {
@@ -82,7 +82,7 @@ xs_subs! { "Lugh";
         args.expect(1, 1, "backend")?;
         let perl = args.perl();
         let backend_name = perl.string_arg(args.get(0), "backend")?;
-        let devices = crate::engine::rpc::server_devices(&backend_name)?;
+        let devices = crate::engine::ggml::rpc::server_devices(&backend_name)?;
         Ok(Ret::List(devices.iter().map(|d| perl.str(&format!("{} ({})", d.name(), d.description()))).collect()))
     }
 
@@ -95,15 +95,15 @@ xs_subs! { "Lugh";
             .ok_or_else(|| Error::Argument(format!("port must be an integer in 1..65535, got {port}")))?;
         let backend_name = perl.string_arg(args.get(2), "backend")?;
         let n_threads = perl.int_arg(args.get(3), "threads")?;
-        if !(1..=crate::engine::inference::MAX_THREADS as i64).contains(&n_threads) {
+        if !(1..=crate::engine::ggml::cpu_budget::MAX_THREADS as i64).contains(&n_threads) {
             return Err(Error::Argument(format!("threads must be an integer in 1..512, got {n_threads}")).into());
         }
         let cache = match perl.is_defined(args.get(4)) {
             true => Some(perl.string_arg(args.get(4), "cache")?),
             false => None,
         };
-        let devices = crate::engine::rpc::server_devices(&backend_name)?;
-        crate::engine::rpc::serve(&host, port, &devices, n_threads as usize, cache.as_deref())?;
+        let devices = crate::engine::ggml::rpc::server_devices(&backend_name)?;
+        crate::engine::ggml::rpc::serve(&host, port, &devices, n_threads as usize, cache.as_deref())?;
         Ok(Ret::Empty)
     }
 
@@ -129,9 +129,9 @@ xs_subs! { "Lugh";
                 seed if seed >= 0 => seed as u64,
                 seed => return Err(Error::Argument(format!("seed must be an integer >= 0, got {seed}")).into()),
             },
-            false => sampler::entropy_seed() >> 1,
+            false => rng::entropy_seed() >> 1,
         };
-        sampler::seed_default_rng(seed);
+        rng::seed_default_rng(seed);
         Ok(Ret::One(perl.uint(seed)))
     }
 }

@@ -1,5 +1,5 @@
 //! XS subs of Lugh::MemoryPool (made by Lugh::Inference->create_memory_pool).
-use crate::engine::session::PoolHandle;
+use crate::engine::generate::inference::PoolHandle;
 use crate::engine::Error;
 use crate::glue::{object_arc, Args, Ret};
 use crate::xs_subs;

@@ -30,7 +30,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
     // Caught panics become perl exceptions; the default hook would also print them.
     std::panic::set_hook(Box::new(|_| {}));
     ffi::lugh_set_free_hook(glue::free_object);
-    crate::engine::backend::init_logging();
+    crate::engine::ggml::backend::init_logging();
     for table in [
         lugh::SUBS,
         model::SUBS,

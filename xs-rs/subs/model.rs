@@ -1,8 +1,8 @@
 //! XS subs of Lugh::Model.
-use crate::engine::gguf::{Array, Value};
+use crate::engine::model::gguf::{Array, Value};
 use crate::engine::model::Model;
-use crate::engine::model_create::RandomModel;
-use crate::engine::train::{save_model, trainable_weights};
+use crate::engine::train::model_create::RandomModel;
+use crate::engine::train::pass::{save_model, trainable_weights};
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,

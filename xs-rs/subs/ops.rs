@@ -4,8 +4,8 @@
 //! subs shared by several ops take the op's name first and report errors
 //! under it.
 use super::tensor::{context_arg, new_tensor, tensor_arg};
+use crate::engine::tensor::ops::{self as tensor_ops, Binary, RopeOptions, Unary};
 use crate::engine::tensor::TensorHandle;
-use crate::engine::tensor_ops::{self, Binary, RopeOptions, Unary};
 use crate::engine::Error;
 use crate::glue::{as_method, Args, Ret};
 use crate::xs_subs;

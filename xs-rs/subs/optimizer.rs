@@ -1,7 +1,7 @@
 //! XS subs of Lugh::Optimizer (SGD and AdamW share them; the schedulers are
 //! perl, in Lugh/Optimizer.pm).
 use super::autograd::{new_variable, variable_arg};
-use crate::engine::optimizer::{clip_grad_norm, clip_grad_value, Optimizer, Rule};
+use crate::engine::train::optimizer::{clip_grad_norm, clip_grad_value, Optimizer, Rule};
 use crate::engine::Error;
 use crate::glue::{new_object, object_arc, Args, Ret};
 use crate::xs_subs;
@@ -14,7 +14,7 @@ fn this(args: &Args) -> Result<Arc<Optimizer>, Error> {
 }
 
 /// The autograd tensors from argument `first` on.
-fn variables(args: &Args, first: usize) -> Result<Vec<Arc<crate::engine::autograd::Variable>>, Error> {
+fn variables(args: &Args, first: usize) -> Result<Vec<Arc<crate::engine::train::autograd::Variable>>, Error> {
     let perl = args.perl();
     args.rest(first).into_iter().enumerate().map(|(i, sv)| variable_arg(perl, sv, &format!("tensor {i}"))).collect()
 }

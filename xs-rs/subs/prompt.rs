@@ -1,6 +1,6 @@
 //! XS subs of Lugh::Prompt: compiling a Jinja chat template and rendering it.
 //! Messages and variables arrive as JSON text made by Lugh/Prompt.pm.
-use crate::engine::chat_template::ChatTemplate;
+use crate::engine::generate::chat_template::ChatTemplate;
 use crate::engine::Error;
 use crate::glue::{new_object, object_arc, Args, Ret};
 use crate::xs_subs;

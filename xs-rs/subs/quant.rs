@@ -1,5 +1,5 @@
 //! XS subs of Lugh::Quant: ggml's type table, quantize and dequantize.
-use crate::engine::quant::{self, TypeInfo};
+use crate::engine::ggml::quant::{self, TypeInfo};
 use crate::engine::Error;
 use crate::glue::{Args, Perl, Ret, Sv};
 use crate::xs_subs;
@@ -79,7 +79,7 @@ xs_subs! { "Lugh::Quant";
 
     fn type_count(args) as "Lugh::Quant::type_count" {
         args.expect(0, 0, "")?;
-        Ok(Ret::One(args.perl().int(i64::from(crate::engine::ggml_sys::GGML_TYPE_COUNT))))
+        Ok(Ret::One(args.perl().int(i64::from(crate::engine::ggml::sys::GGML_TYPE_COUNT))))
     }
 
     fn all_types(args) as "Lugh::Quant::all_types" {

@@ -1,8 +1,8 @@
 //! XS subs of Lugh::RoPE: a RoPE scaling configuration (the constructors'
 //! defaults and presets are in Lugh/RoPE.pm).
-use crate::engine::arch::{spec_for, HParams};
+use crate::engine::model::arch::{spec_for, HParams};
+use crate::engine::model::rope::{RopeConfig, ScalingType};
 use crate::engine::model::Model;
-use crate::engine::rope::{RopeConfig, ScalingType};
 use crate::engine::Error;
 use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Perl, Ret, Sv};
 use crate::xs_subs;

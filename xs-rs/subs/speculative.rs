@@ -2,9 +2,9 @@
 //! declared here, once (tables of [`Opt`]); the sampling options are
 //! Lugh::Inference's, less the penalties.
 use super::inference::{ranged_arg, CLASS as INFERENCE_CLASS, SAMPLING_OPTIONS};
-use crate::engine::ngram::NgramOptions;
-use crate::engine::session::Inference;
-use crate::engine::speculative::{check_k, Draft, SpecOptions, Speculative, MAX_K};
+use crate::engine::generate::inference::Inference;
+use crate::engine::generate::ngram::NgramOptions;
+use crate::engine::generate::speculative::{check_k, Draft, SpecOptions, Speculative, MAX_K};
 use crate::engine::Error;
 use crate::glue::{
     accessor_names, call_callback_truth, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt,

@@ -1,8 +1,8 @@
 //! XS subs of Lugh::Tokenizer and Lugh::Tokenizer::Decoder. Option handling
 //! lives in Lugh/Tokenizer.pm.
+use crate::engine::model::tokenizer::utf8::{lossy, StreamDecoder};
+use crate::engine::model::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
 use crate::engine::model::Model;
-use crate::engine::tokenizer::utf8::{lossy, StreamDecoder};
-use crate::engine::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
 use crate::engine::Error;
 use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
 use crate::xs_subs;

@@ -3,10 +3,11 @@
 use super::autograd::{new_variable, variable_arg};
 use super::lora::lora_arg;
 use super::tensor::context_arg;
-use crate::engine::autograd::{apply, cross_entropy, Op, Variable};
-use crate::engine::session::Inference;
+use crate::engine::generate::inference::Inference;
 use crate::engine::tensor::TensorContext;
-use crate::engine::train::trainable_weights;
+use crate::engine::train::autograd::{apply, cross_entropy, Op, Variable};
+use crate::engine::train::lora::TrainableAdapter;
+use crate::engine::train::pass::{trainable_weights, TrainingPass};
 use crate::engine::Error;
 use crate::glue::{object_arc, Perl, Ret, Sv};
 use crate::xs_subs;
@@ -80,7 +81,7 @@ xs_subs! { "Lugh::Train";
             .into());
         }
         let raw: Vec<_> = params.iter().map(|p| p.value().raw()).collect();
-        let pass = runner.training_pass(&tokens, &adapters, &raw, &replace)?;
+        let pass = TrainingPass::for_session(runner, &tokens, &adapters, &raw, &replace)?;
         let ctx = context_or_new(perl, args.get(3), 4 * pass.logits().len() + 4096)?;
         let logits = Variable::from_pass(&ctx, pass, params, record)?;
         Ok(Ret::One(new_variable(perl, logits)))

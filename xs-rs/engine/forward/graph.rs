@@ -1,0 +1,713 @@
+//! The one graph builder: reads the architecture row and builds the forward
+//! pass op for op as llama.cpp's `src/models/{llama,qwen2,gemma3}.cpp` with
+//! `llm_graph_context::build_*` do (same ops, types, scales, masks and the
+//! same place where the output rows are selected), naming intermediates as
+//! llama.cpp does so traces can be diffed.
+//!
+//! A batch is a list of segments: runs of tokens that each extend their own
+//! KV cache. Everything but attention runs over all tokens at once; each
+//! segment attends over its own cache with its own mask.
+use crate::engine::forward::inputs::{GraphInputs, SegmentInputs};
+use crate::engine::forward::kv_cache::KvCache;
+use crate::engine::forward::lora::LoraAdapter;
+use crate::engine::ggml::ops::row_size;
+use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor};
+use crate::engine::model::arch::{Activation, ArchSpec, HParams};
+use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
+use crate::engine::model::rope::RopeSettings;
+use crate::engine::model::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
+use crate::engine::{Error, Result};
+use std::sync::Arc;
+
+/// One sequence's share of a batch.
+pub struct Segment<'a> {
+    /// The cache the segment extends, or None for a training pass: the
+    /// tokens attend over their own keys and values only, and nothing is
+    /// stored.
+    pub cache: Option<&'a KvCache>,
+    /// Tokens of this segment (consecutive in the batch).
+    pub n_tokens: usize,
+    /// Whether every token of the segment gets logits (else only its last).
+    pub all_outputs: bool,
+}
+
+/// What a graph computes at its output rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Head {
+    /// Next-token logits: the output projection of the final hidden state.
+    #[default]
+    Logits,
+    /// The final hidden state after the output norm (llama.cpp's `t_embd`,
+    /// what its embedding mode pools), without the output projection.
+    Hidden,
+}
+
+/// A built graph and its inputs/outputs.
+pub struct ForwardGraph {
+    pub g: GraphCtx,
+    pub inputs: GraphInputs,
+    /// [width, n_outputs]: logits (width n_vocab) or hidden states (n_embd).
+    pub output: Tensor,
+    pub width: usize,
+    pub n_outputs: usize,
+}
+
+/// The static part of a session that the builder needs.
+pub struct Blueprint<'a> {
+    pub spec: &'static ArchSpec,
+    pub hp: &'a HParams,
+    pub weights: &'a ModelWeights,
+    pub flash_attn: bool,
+    /// The RoPE frequency factors this session uses (see ModelWeights::rope_factors_for).
+    pub rope_factors: Option<Tensor>,
+    /// The RoPE settings of the non-sliding-window layers.
+    pub rope: &'a RopeSettings,
+    /// LoRA adapters and the scale each is used at.
+    pub adapters: &'a [(Arc<LoraAdapter>, f32)],
+    pub head: Head,
+    /// Only ops ggml can differentiate (a training pass): tanh, GELU and
+    /// layer norm are composed from such ops, and every row is an output.
+    pub differentiable: bool,
+}
+
+/// Upper bound on graph nodes for a batch (llama.cpp sizes its graphs the
+/// same way: generously, by layer count).
+fn max_nodes(hp: &HParams, n_segments: usize) -> usize {
+    2048 + hp.n_layer * (64 + 32 * n_segments + 2 * hp.n_expert_used)
+}
+
+struct Builder<'a, 'b> {
+    bp: &'a Blueprint<'a>,
+    g: &'b GraphCtx,
+    n_tokens: i64,
+}
+
+impl Blueprint<'_> {
+    /// Builds the graph for `segments` (each with n_tokens > 0 and room in its
+    /// cache: the caller checked both). With `worst_case` every segment
+    /// attends over its whole cache: the graph to reserve memory with.
+    pub fn build(&self, segments: &[Segment], worst_case: bool) -> Result<ForwardGraph> {
+        let g = GraphCtx::new(max_nodes(self.hp, segments.len()))
+            .ok_or_else(|| Error::Ggml("cannot allocate the graph context".into()))?;
+        self.build_into(g, segments, worst_case)
+    }
+
+    /// The nodes a graph of one segment takes (for sizing a training graph).
+    pub fn max_nodes(&self) -> usize {
+        max_nodes(self.hp, 1)
+    }
+
+    /// `build` in a graph context the caller made (one with room for a
+    /// backward pass, for training).
+    pub fn build_into(&self, g: GraphCtx, segments: &[Segment], worst_case: bool) -> Result<ForwardGraph> {
+        let hp = self.hp;
+        let n_tokens: usize = segments.iter().map(|s| s.n_tokens).sum();
+        let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
+        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64 };
+
+        let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
+        let (tokens, pos, out_ids, seg_inputs) = (inputs.tokens, inputs.pos, inputs.out_ids, &inputs.segments);
+
+        let w = self.weights;
+        let mut inp_l = g.get_rows(w.tok_embd, tokens);
+        for (adapter, scale) in active(self.adapters) {
+            // llama.cpp's build_inp_embd: B times A's rows of the tokens
+            if let Some(p) = adapter.get("token_embd.weight") {
+                let delta = g.mul_mat(p.b, g.get_rows(p.a, tokens));
+                inp_l = g.add(inp_l, g.scale(delta, p.scale(*scale)));
+            }
+        }
+        if self.spec.embed_scale_sqrt {
+            inp_l = g.scale(inp_l, (hp.n_embd as f32).sqrt());
+            name(inp_l, "inp_scaled", None);
+        } else if hp.embedding_scale != 0.0 {
+            inp_l = g.scale(inp_l, hp.embedding_scale);
+        }
+        if let Some(pos_embd) = w.pos_embd {
+            inp_l = g.add(inp_l, g.get_rows(pos_embd, pos));
+        }
+        g.expand(inp_l);
+
+        for (il, layer) in w.layers.iter().enumerate() {
+            // a training pass keeps every row (no selection to differentiate)
+            let last = il + 1 == w.layers.len() && !self.differentiable;
+            if self.spec.parallel_block {
+                let rows = last.then_some(out_ids);
+                inp_l = b.parallel_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
+                continue;
+            }
+            let mut attn_in = match layer.attn_norm {
+                Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
+                None => inp_l,
+            };
+            let mut cur = b.attention(attn_in, &layer.attn, segments, seg_inputs, pos, il);
+            let mut residual = inp_l;
+            if last {
+                // only the output rows go on past attention (llama.cpp's inp_out_ids)
+                cur = g.get_rows(cur, out_ids);
+                residual = g.get_rows(residual, out_ids);
+                if self.spec.ffn_norm_optional {
+                    attn_in = g.get_rows(attn_in, out_ids);
+                }
+            }
+            if let Some(post) = layer.attn_post_norm {
+                cur = b.norm(cur, Some(post), "attn_post_norm", Some(il));
+            }
+            if hp.residual_scale != 0.0 {
+                cur = g.scale(cur, hp.residual_scale);
+            }
+            let ffn_inp = g.add(cur, residual);
+            name(ffn_inp, if self.spec.post_norms { "sa_out" } else { "ffn_inp" }, Some(il));
+            let cur = match layer.ffn_norm {
+                Some(w) => b.norm_biased(ffn_inp, Some(w), layer.ffn_norm_b, "ffn_norm", Some(il)),
+                // StableLM 2's parallel residual: the FFN reads the attention's input
+                None if self.spec.ffn_norm_optional => attn_in,
+                None => ffn_inp,
+            };
+            let mut cur = match &layer.ffn {
+                Ffn::Dense(w) => b.ffn(cur, w, il),
+                Ffn::Moe(w) => b.moe_ffn(cur, w, il),
+            };
+            name(cur, "ffn_out", Some(il));
+            if let Some(post) = layer.ffn_post_norm {
+                cur = b.norm(cur, Some(post), "ffn_post_norm", Some(il));
+            }
+            if hp.residual_scale != 0.0 {
+                cur = g.scale(cur, hp.residual_scale);
+            }
+            let out = g.add(cur, ffn_inp);
+            name(out, "l_out", Some(il));
+            inp_l = out;
+        }
+
+        let cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
+        if self.head == Head::Hidden {
+            cur.set_output();
+            g.expand(cur);
+            return Ok(ForwardGraph { g, inputs, output: cur, width: hp.n_embd, n_outputs });
+        }
+        let mut logits = b.mm(w.output, cur);
+        if hp.logit_scale != 1.0 {
+            logits = g.scale(logits, 1.0 / hp.logit_scale);
+        }
+        if hp.final_logit_softcap != 0.0 {
+            logits = b.softcap(logits, hp.final_logit_softcap);
+        }
+        name(logits, "result_output", None);
+        logits.set_output();
+        g.expand(logits);
+        Ok(ForwardGraph { g, inputs, output: logits, width: hp.n_vocab, n_outputs })
+    }
+}
+
+/// The adapters a graph applies, in llama.cpp's order: it keeps them in an
+/// unordered map, which (libstdc++) gives them back newest first, and it
+/// leaves out those at scale 0. The order matters in the last bits.
+fn active(adapters: &[(Arc<LoraAdapter>, f32)]) -> impl Iterator<Item = &(Arc<LoraAdapter>, f32)> {
+    adapters.iter().rev().filter(|(_, scale)| *scale != 0.0)
+}
+
+fn name(t: Tensor, label: &str, il: Option<usize>) {
+    match il {
+        Some(il) => t.set_name(&format!("{label}-{il}")),
+        None => t.set_name(label),
+    }
+}
+
+impl Builder<'_, '_> {
+    /// The row's norm times the weight (llama.cpp's build_norm).
+    fn norm(&self, x: Tensor, weight: Option<Tensor>, label: &str, il: Option<usize>) -> Tensor {
+        self.norm_biased(x, weight, None, label, il)
+    }
+
+    /// cap·tanh(x/cap) (Gemma 2's softcapping). Training composes tanh from
+    /// ops ggml can differentiate: tanh(z) = 2·σ(2z) − 1.
+    fn softcap(&self, x: Tensor, cap: f32) -> Tensor {
+        let g = self.g;
+        if !self.bp.differentiable {
+            return g.scale(g.tanh(g.scale(x, 1.0 / cap)), cap);
+        }
+        let sigmoid = self.sigmoid(g.scale(x, 2.0 / cap));
+        g.scale_bias(sigmoid, 2.0 * cap, -cap)
+    }
+
+    /// In a training graph, `t` (contiguous) behind a reshape to its own
+    /// shape: the reshape's gradient makes the gradient flowing back into
+    /// `t` contiguous, which ggml's gradients of SCALE, CONT and VIEW need
+    /// (a permute's gives a strided one). Elsewhere `t` itself.
+    fn contiguous_grad(&self, t: Tensor) -> Tensor {
+        if !self.bp.differentiable {
+            return t;
+        }
+        let ne = t.ne();
+        self.g.reshape_4d(t, ne)
+    }
+
+    /// σ(z) = exp(−softplus(−z)), which neither overflows nor divides.
+    fn sigmoid(&self, z: Tensor) -> Tensor {
+        let g = self.g;
+        g.exp(g.scale(g.softplus(g.scale(z, -1.0)), -1.0))
+    }
+
+    /// GELU, tanh approximation, from differentiable ops (ggml has no
+    /// gradient for GELU): x·σ(2u), u = √(2/π)·(x + 0.044715·x³).
+    fn gelu(&self, x: Tensor) -> Tensor {
+        let g = self.g;
+        let cube = g.mul(g.sqr(x), x);
+        let inner = g.add(x, g.scale(cube, 0.044715));
+        let two_u = g.scale(inner, 2.0 * (2.0 / std::f32::consts::PI).sqrt());
+        g.mul(x, self.sigmoid(two_u))
+    }
+
+    /// The row's norm times the weight, plus the bias.
+    fn norm_biased(
+        &self,
+        x: Tensor,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        label: &str,
+        il: Option<usize>,
+    ) -> Tensor {
+        let (g, eps) = (self.g, self.bp.hp.norm_eps);
+        let mut cur = match self.bp.spec.norm {
+            Norm::Rms => g.rms_norm(x, eps),
+            // ggml has no gradient for NORM: the RMS norm of the centred row is the same
+            // (the mean as a scaled row sum: ggml's MEAN gradient holds for one row only)
+            Norm::Layer if self.bp.differentiable => {
+                let mean = g.scale(g.sum_rows(x), 1.0 / x.ne()[0] as f32);
+                g.rms_norm(g.sub(x, g.repeat(mean, x)), eps)
+            }
+            Norm::Layer => g.layer_norm(x, eps),
+        };
+        if let Some(w) = weight {
+            name(cur, "norm", il);
+            cur = g.mul(cur, w);
+        }
+        if let Some(b) = bias {
+            cur = g.add(cur, b);
+        }
+        name(cur, label, il);
+        cur
+    }
+
+    /// A weight times x, plus each adapter's B·(A·x) for that weight
+    /// (llama.cpp's build_lora_mm).
+    fn mm(&self, w: Tensor, x: Tensor) -> Tensor {
+        let g = self.g;
+        let mut res = g.mul_mat(w, x);
+        if self.bp.adapters.is_empty() {
+            return res;
+        }
+        let name = w.name();
+        for (adapter, scale) in active(self.bp.adapters) {
+            let Some(p) = adapter.get(&name) else { continue };
+            // a token_embd pair (made for the lookup) at a tied output: not a projection's
+            if p.a.ne()[0] != x.ne()[0] {
+                continue;
+            }
+            let ab = g.mul_mat(p.b, g.mul_mat(p.a, x));
+            res = g.add(res, g.scale(ab, p.scale(*scale)));
+        }
+        res
+    }
+
+    /// A projection plus its optional bias.
+    fn linear(&self, w: Tensor, b: Option<Tensor>, x: Tensor) -> Tensor {
+        let cur = self.mm(w, x);
+        match b {
+            Some(b) => self.g.add(cur, b),
+            None => cur,
+        }
+    }
+
+    /// RoPE of Q or K, or x unchanged for rows without RoPE.
+    fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
+        let hp = self.bp.hp;
+        let Some(mode) = self.bp.spec.rope.ggml_mode() else {
+            return x;
+        };
+        let r = self.bp.rope;
+        // sliding-window layers keep their own base and scale (llama.cpp's
+        // get_rope_freq_base/scale); OLMo 3's are plain RoPE
+        let (freq_base, freq_scale, ext_factor, attn_factor) = match (hp.is_swa(il), self.bp.spec.swa_rope) {
+            (false, _) => (r.freq_base, r.freq_scale, r.ext_factor, r.attn_factor),
+            (true, SwaRope::GlobalBaseUnscaled) => (r.freq_base, 1.0, 0.0, 1.0),
+            (true, _) => (hp.rope_freq_base_swa, hp.rope_freq_scale_swa, r.ext_factor, r.attn_factor),
+        };
+        let p = RopeParams {
+            n_dims: hp.n_rot as i32,
+            mode,
+            n_ctx_orig: r.n_ctx_orig.min(i32::MAX as usize) as i32,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast: r.beta_fast,
+            beta_slow: r.beta_slow,
+        };
+        self.g.rope_ext(x, pos, self.bp.rope_factors, &p)
+    }
+
+    /// Self-attention of one layer: Q/K/V projections, (Q/K norms,) RoPE,
+    /// the store into each segment's cache, attention over the cache, and the
+    /// output projection.
+    fn attention(
+        &self,
+        x: Tensor,
+        w: &AttnWeights,
+        segments: &[Segment],
+        inputs: &[SegmentInputs],
+        pos: Tensor,
+        il: usize,
+    ) -> Tensor {
+        let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
+        let n = self.n_tokens;
+        let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
+        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let (q_dim, k_dim, v_dim) = (hd_k * n_head, hd_k * n_head_kv, hd_v * n_head_kv);
+        let (mut q, mut k, v) = if spec.qk_norm == QkNorm::Whole {
+            // OLMo 2: Q and K normed over the whole projection, then split
+            // into heads (llama.cpp's build_qkv without reshape)
+            let (q2, k2, v2) = match w.qkv {
+                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => {
+                    (self.linear(wq, bq, x), self.linear(wk, bk, x), self.linear(wv, bv, x))
+                }
+                QkvWeights::Fused { wqkv, bqkv } => {
+                    let qkv = self.linear(wqkv, bqkv, x);
+                    let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                    (
+                        g.cont(g.view_2d(qkv, [q_dim, n], nb1, 0)),
+                        g.cont(g.view_2d(qkv, [k_dim, n], nb1, row_size(ty, q_dim))),
+                        g.cont(g.view_2d(qkv, [v_dim, n], nb1, row_size(ty, q_dim + k_dim))),
+                    )
+                }
+            };
+            let q2 = self.norm(q2, w.q_norm, "Qcur_normed", Some(il));
+            let k2 = self.norm(k2, w.k_norm, "Kcur_normed", Some(il));
+            (
+                g.reshape_3d(q2, hd_k, n_head, n),
+                g.reshape_3d(k2, hd_k, n_head_kv, n),
+                g.reshape_3d(v2, hd_v, n_head_kv, n),
+            )
+        } else {
+            match w.qkv {
+                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
+                    g.reshape_3d(self.linear(wq, bq, x), hd_k, n_head, n),
+                    g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
+                    g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
+                ),
+                QkvWeights::Fused { wqkv, bqkv } => {
+                    // views of the one product, as llama.cpp's build_qkv (copied
+                    // out for training: ggml's gradients of a view and of a copy
+                    // want their incoming gradient contiguous, which a reshape's
+                    // gradient makes it)
+                    let qkv = self.linear(wqkv, bqkv, x);
+                    let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
+                    let own = |t: Tensor| if self.bp.differentiable { self.contiguous_grad(g.cont(t)) } else { t };
+                    (
+                        own(g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0)),
+                        own(g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim))),
+                        own(g.view_3d(
+                            qkv,
+                            [hd_v, n_head_kv, n],
+                            [row_size(ty, hd_v), nb1],
+                            row_size(ty, q_dim + k_dim),
+                        )),
+                    )
+                }
+            }
+        };
+        // per-head norms (required for PerHead rows, so present then)
+        let per_head = matches!(spec.qk_norm, QkNorm::PerHead | QkNorm::EachHeadOptional);
+        if let (true, Some(qn)) = (per_head, w.q_norm) {
+            q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
+        }
+        q = self.rope(q, pos, il);
+        if let (true, Some(kn)) = (per_head, w.k_norm) {
+            k = self.norm(k, Some(kn), "Kcur_normed", Some(il));
+        }
+        k = self.rope(k, pos, il);
+        name(q, "Qcur", Some(il));
+        name(k, "Kcur", Some(il));
+        name(v, "Vcur", Some(il));
+        let kq_scale = if spec.scale_q {
+            q = self.contiguous_grad(g.scale(q, hp.attention_scale));
+            1.0
+        } else {
+            hp.attention_scale
+        };
+        // added together so that they are not reordered (as llama.cpp's build_attn)
+        g.expand(q);
+        g.expand(v);
+        g.expand(k);
+
+        let mut out: Option<Tensor> = None;
+        let mut first = 0i64;
+        for (seg, inp) in segments.iter().zip(inputs) {
+            let ns = seg.n_tokens as i64;
+            let (qs, ks, vs) = if segments.len() == 1 {
+                (q, k, v)
+            } else {
+                (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
+            };
+            let (kc, vc, v_trans) = match seg.cache {
+                Some(cache) => {
+                    g.expand(cache.store_k(g, ks, inp.k_idxs, il));
+                    g.expand(cache.store_v(g, vs, inp.v_idxs, il));
+                    (cache.view_k(g, il, inp.n_kv), cache.view_v(g, il, inp.n_kv), cache.layout().v_trans)
+                }
+                None => (ks, vs, false),
+            };
+            let mask = if hp.is_swa(il) { inp.mask_swa } else { inp.mask };
+            let mask = mask.expect("the masks are made for the kinds of layer there are");
+            let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, v_trans);
+            out = Some(match out {
+                None => cur,
+                Some(prev) => g.concat(prev, cur, 1),
+            });
+            first += ns;
+        }
+        let cur = out.expect("at least one segment");
+        name(cur, "kqv_out", Some(il));
+        self.linear(w.wo, w.bo, cur)
+    }
+
+    /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
+    fn attn_mha(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32, v_trans: bool) -> Tensor {
+        let (g, hp) = (self.g, self.bp.hp);
+        let q = g.permute(q, [0, 2, 1, 3]);
+        let k = g.permute(k, [0, 2, 1, 3]);
+        let v = g.permute(v, [0, 2, 1, 3]);
+        if self.bp.flash_attn {
+            let v = if v_trans { g.transpose(v) } else { v };
+            let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, hp.attn_softcap);
+            g.flash_attn_set_n_kv_max(cur, 0);
+            g.prec_f32(cur);
+            let ne = cur.ne();
+            return g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3]);
+        }
+        let mut kq = g.mul_mat(k, q);
+        g.prec_f32(kq);
+        if hp.attn_softcap != 0.0 {
+            kq = self.softcap(kq, hp.attn_softcap);
+        }
+        let kq = g.soft_max_ext(kq, mask, kq_scale, 0.0);
+        let v = if v_trans { v } else { g.cont(g.transpose(v)) };
+        let kqv = g.mul_mat(v, kq);
+        let cur = g.permute(kqv, [0, 2, 1, 3]);
+        let ne = cur.ne();
+        g.cont_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
+    }
+
+    /// The gated feed-forward block (llama.cpp's build_ffn with LLM_FFN_PAR).
+    fn ffn(&self, x: Tensor, w: &FfnWeights, il: usize) -> Tensor {
+        let g = self.g;
+        let up = self.linear(w.up, w.up_b, x);
+        name(up, "ffn_up", Some(il));
+        let cur = match w.gate {
+            Some(gate) => {
+                let gate = self.mm(gate, x);
+                name(gate, "ffn_gate", Some(il));
+                match self.bp.spec.act {
+                    Activation::SwiGlu => g.swiglu_split(gate, up),
+                    Activation::GeGlu | Activation::Gelu if self.bp.differentiable => g.mul(self.gelu(gate), up),
+                    Activation::GeGlu | Activation::Gelu => g.geglu_split(gate, up),
+                }
+            }
+            // gate and up in one product, gate first (Phi-3), or no gate
+            None => match self.bp.spec.act {
+                Activation::SwiGlu | Activation::GeGlu if self.bp.differentiable => {
+                    // the halves as views: ggml differentiates only the two-operand GLU
+                    let (half, n, nb1) = (up.ne()[0] / 2, up.ne()[1], up.nb()[1]);
+                    let gate = g.cont(g.view_2d(up, [half, n], nb1, 0));
+                    let rest = g.cont(g.view_2d(up, [half, n], nb1, row_size(up.type_id(), half)));
+                    match self.bp.spec.act {
+                        Activation::SwiGlu => g.swiglu_split(gate, rest),
+                        _ => g.mul(self.gelu(gate), rest),
+                    }
+                }
+                Activation::SwiGlu => g.swiglu(up),
+                Activation::GeGlu => g.geglu(up),
+                Activation::Gelu if self.bp.differentiable => self.gelu(up),
+                Activation::Gelu => g.gelu(up),
+            },
+        };
+        self.linear(w.down, w.down_b, cur)
+    }
+}
+
+impl Builder<'_, '_> {
+    /// A parallel block (llama.cpp's falcon graph): attention and the FFN
+    /// both read the normed input (the attention Falcon-40B's second norm of
+    /// it), and both outputs are added to the residual. `rows`: the output
+    /// rows, in the last layer.
+    #[allow(clippy::too_many_arguments)]
+    fn parallel_layer(
+        &self,
+        inp_l: Tensor,
+        layer: &LayerWeights,
+        segments: &[Segment],
+        inputs: &[SegmentInputs],
+        pos: Tensor,
+        rows: Option<Tensor>,
+        il: usize,
+    ) -> Tensor {
+        let g = self.g;
+        let mut attn_norm = self.norm_biased(inp_l, layer.attn_norm, layer.attn_norm_b, "attn_norm", Some(il));
+        let attn_in = match layer.attn_norm_2 {
+            Some((w, b)) => self.norm_biased(inp_l, Some(w), Some(b), "attn_norm_2", Some(il)),
+            None => attn_norm,
+        };
+        let mut cur = self.attention(attn_in, &layer.attn, segments, inputs, pos, il);
+        let mut residual = inp_l;
+        if let Some(rows) = rows {
+            cur = g.get_rows(cur, rows);
+            residual = g.get_rows(residual, rows);
+            attn_norm = g.get_rows(attn_norm, rows);
+        }
+        let attn_out = cur;
+        let ffn_out = match &layer.ffn {
+            Ffn::Dense(w) => self.ffn(attn_norm, w, il),
+            Ffn::Moe(w) => self.moe_ffn(attn_norm, w, il),
+        };
+        name(ffn_out, "ffn_out", Some(il));
+        let out = g.add(g.add(ffn_out, attn_out), residual);
+        name(out, "l_out", Some(il));
+        out
+    }
+
+    /// A mixture-of-experts block (llama.cpp's build_moe_ffn with softmax
+    /// routing): each token's top n_expert_used experts by router
+    /// probability, their outputs weighted by those probabilities
+    /// (renormalised to sum 1 where the row says so) and summed, plus the
+    /// sigmoid-gated shared expert if any.
+    fn moe_ffn(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+        if self.bp.differentiable {
+            return self.moe_ffn_dense(x, w, il);
+        }
+        let (g, hp) = (self.g, self.bp.hp);
+        // the rows of x: in the last layer only the output rows
+        let n = x.ne()[1];
+        let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
+        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        name(logits, "ffn_moe_logits", Some(il));
+        let probs = g.soft_max(logits);
+        let selected = g.argsort_top_k(probs, n_used as i32); // [n_used, n]
+        let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n), selected); // [1, n_used, n]
+        let renormalize = match self.bp.spec.experts {
+            Experts::Always { renormalize, .. } => renormalize,
+            _ => true,
+        };
+        if renormalize {
+            let flat = g.reshape_2d(weights, n_used, n);
+            // the smallest normal f16, as llama.cpp, against a zero sum
+            let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
+            weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n);
+        }
+        g.expand(weights);
+
+        let cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
+        let up = g.mul_mat_id(w.up_exps, cur, selected); // [n_ff_exp, n_used, n]
+        let act = match (w.gate_exps, self.bp.spec.act) {
+            (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat_id(gate, cur, selected), up),
+            (Some(gate), Activation::GeGlu | Activation::Gelu) => g.geglu_split(g.mul_mat_id(gate, cur, selected), up),
+            (None, _) => g.silu(up),
+        };
+        let experts = g.mul(g.mul_mat_id(w.down_exps, act, selected), weights); // [n_embd, n_used, n]
+        g.expand(experts);
+        let nb = experts.nb();
+        let views: Vec<Tensor> = (0..n_used as usize)
+            .map(|i| {
+                let v = g.view_2d(experts, [hp.n_embd as i64, n], nb[2], i * nb[1]);
+                g.expand(v);
+                v
+            })
+            .collect();
+        let mut out = views[0];
+        for &v in &views[1..] {
+            out = g.add(out, v);
+            g.expand(out);
+        }
+        if views.len() == 1 {
+            out = g.cont(out);
+        }
+        if let Some((gate_inp, shared)) = &w.shared {
+            let gate_logit = self.mm(*gate_inp, x); // [1, n]
+            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
+            let shared_out = g.mul(self.ffn(x, shared, il), gate);
+            out = g.add(out, shared_out);
+        }
+        out
+    }
+}
+
+impl Builder<'_, '_> {
+    /// The mixture of experts in a form ggml differentiates (MUL_MAT_ID
+    /// and the weights' row lookup have no gradient there): every expert
+    /// over every token, weighted by its routing weight where it is among
+    /// the token's n_expert_used most probable and by 0 elsewhere. The same
+    /// function as moe_ffn (but for ties at the cut), at n_expert/n_used
+    /// times the work.
+    fn moe_ffn_dense(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+        let (g, hp) = (self.g, self.bp.hp);
+        let n = x.ne()[1];
+        let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
+        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        let probs = g.soft_max(logits);
+        // an expert is chosen where fewer than n_used others are more
+        // probable: count them by comparing every pair (STEP has no
+        // gradient, so the choice is a constant of the backward pass)
+        let rows = g.reshape_3d(probs, n_expert, 1, n);
+        let cols = g.reshape_3d(probs, 1, n_expert, n);
+        let pairs = g.new_tensor(probs.type_id(), &[n_expert, n_expert, n]);
+        let more_probable = g.step(g.sub(g.repeat(rows, pairs), g.repeat(cols, pairs))); // [j, e, n]: p_j > p_e
+        let ahead = g.reshape_2d(g.sum_rows(more_probable), n_expert, n);
+        let chosen = g.step(g.scale_bias(ahead, -1.0, n_used as f32 - 0.5));
+        let mut weights = g.mul(probs, chosen);
+        let renormalize = match self.bp.spec.experts {
+            Experts::Always { renormalize, .. } => renormalize,
+            _ => true,
+        };
+        if renormalize {
+            weights = g.div(weights, g.repeat(g.sum_rows(weights), weights));
+        }
+        let expert = |t: Tensor, e: i64| {
+            let ne = t.ne();
+            g.view_2d(t, [ne[0], ne[1]], t.nb()[1], e as usize * t.nb()[2])
+        };
+        let mut out: Option<Tensor> = None;
+        for e in 0..n_expert {
+            let up = g.mul_mat(expert(w.up_exps, e), x);
+            let act = match (w.gate_exps, self.bp.spec.act) {
+                (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat(expert(gate, e), x), up),
+                (Some(gate), Activation::GeGlu | Activation::Gelu) => {
+                    g.mul(self.gelu(g.mul_mat(expert(gate, e), x)), up)
+                }
+                (None, _) => g.silu(up),
+            };
+            let y = g.mul_mat(expert(w.down_exps, e), act); // [n_embd, n]
+            let weight = g.view_2d(weights, [1, n], weights.nb()[1], e as usize * 4);
+            let y = g.mul(y, g.repeat(weight, y));
+            out = Some(match out {
+                None => y,
+                Some(acc) => g.add(acc, y),
+            });
+        }
+        let mut out = out.expect("at least one expert");
+        if let Some((gate_inp, shared)) = &w.shared {
+            let gate_logit = self.mm(*gate_inp, x); // [1, n]
+            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
+            let shared_out = g.mul(self.ffn(x, shared, il), g.repeat(gate, out));
+            out = g.add(out, shared_out);
+        }
+        name(out, "ffn_moe_out", Some(il));
+        out
+    }
+}
+
+/// Tokens `first..first+n` of a contiguous [a, b, n_tokens] tensor.
+fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
+    let ne = t.ne();
+    let nb = t.nb();
+    g.view_3d(t, [ne[0], ne[1], n], [nb[1], nb[2]], first as usize * nb[2])
+}

@@ -1,0 +1,325 @@
+//! The K/V cache of one sequence, laid out as llama.cpp's unified cache with
+//! one stream: per layer an f16 K tensor [n_embd_k_gqa, kv_size] and an f16 V
+//! tensor [n_embd_v_gqa, kv_size], V stored transposed (one row per channel)
+//! when flash attention is off. Cells are filled in order, so cell i holds
+//! position i. The graph code only calls `store_*`, `view_*` and `n_kv`.
+use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16};
+use crate::engine::ggml::runtime::{self as rt, Buffer, BufferType};
+use crate::engine::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Source of cache ids: a graph kept for reuse names the caches it was built
+/// over by id, which (unlike an address) is never given to another cache.
+static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What must match between a cache and the session that uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLayout {
+    pub n_layer: usize,
+    pub n_embd_k_gqa: usize,
+    pub n_embd_v_gqa: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_head_kv: usize,
+    /// Cells allocated: n_ctx padded to 256 as llama.cpp pads its context.
+    pub kv_size: usize,
+    /// V is stored transposed (flash attention off).
+    pub v_trans: bool,
+}
+
+/// The type of the stored keys and values.
+pub const KV_TYPE: i32 = GGML_TYPE_F16;
+
+impl CacheLayout {
+    /// The byte ranges (offset, length) of one layer's K or V that hold its
+    /// first `n` cells: one range of `n` whole rows, or with V transposed
+    /// the first `n` entries of each channel's row.
+    fn cell_ranges(&self, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
+        let (width, by_channel) = match part {
+            Part::K => (self.n_embd_k_gqa, false),
+            Part::V => (self.n_embd_v_gqa, self.v_trans),
+        };
+        let (count, stride, len) = if by_channel {
+            (width, row_size(KV_TYPE, self.kv_size as i64), row_size(KV_TYPE, n as i64))
+        } else {
+            (1, 0, row_size(KV_TYPE, width as i64) * n)
+        };
+        (0..count).map(move |i| (i * stride, len))
+    }
+
+    /// The bytes of the first `n` cells of one layer's K or V.
+    pub fn cells_bytes(&self, part: Part, n: usize) -> usize {
+        self.cell_ranges(part, n).map(|(_, len)| len).sum()
+    }
+}
+
+/// llama.cpp pads n_kv (the cells a graph attends over) to a multiple of 256
+/// so that graphs keep their shape across steps; the padding changes the
+/// kernels' summation order, so it is part of matching its numerics.
+pub const KV_PAD: usize = 256;
+
+/// One of a layer's two tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    K,
+    V,
+}
+
+pub struct KvCache {
+    id: u64,
+    layout: CacheLayout,
+    n_ctx: usize,
+    /// The token at each filled position, so a later prompt can reuse the
+    /// longest prefix it shares with them.
+    tokens: Vec<i32>,
+    /// The settings (RoPE, adapters: the graph variant's key) its cells were
+    /// computed with; None when not known (empty, or loaded from a file).
+    filled_with: Option<u64>,
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    // Drop order: the buffers before the contexts describing their tensors.
+    // One of each per buffer type (each layer's cache lives on its layer's
+    // device).
+    buffers: Vec<Buffer>,
+    _contexts: Vec<Ctx>,
+}
+
+impl KvCache {
+    /// An empty cache whose layer `il` lives in a buffer of type `bufts[il]`.
+    pub(crate) fn new(layout: CacheLayout, n_ctx: usize, bufts: &[BufferType]) -> Result<KvCache> {
+        assert_eq!(bufts.len(), layout.n_layer, "one buffer type per layer");
+        let mut k: Vec<Option<Tensor>> = vec![None; layout.n_layer];
+        let mut v: Vec<Option<Tensor>> = vec![None; layout.n_layer];
+        let mut distinct: Vec<BufferType> = Vec::new();
+        for b in bufts {
+            if !distinct.contains(b) {
+                distinct.push(*b);
+            }
+        }
+        let mut buffers = Vec::with_capacity(distinct.len());
+        let mut contexts = Vec::with_capacity(distinct.len());
+        for buft in distinct {
+            let layers: Vec<usize> = (0..layout.n_layer).filter(|&il| bufts[il] == buft).collect();
+            let ctx =
+                Ctx::new(2 * layers.len(), 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
+            for &il in &layers {
+                let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+                kt.set_name(&format!("cache_k_l{il}"));
+                let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+                vt.set_name(&format!("cache_v_l{il}"));
+                k[il] = Some(kt);
+                v[il] = Some(vt);
+            }
+            let buffer = Buffer::alloc_ctx_tensors(&ctx, buft).ok_or_else(|| {
+                Error::Ggml(format!("cannot allocate a KV cache of {} cells ({})", layout.kv_size, buft.name()))
+            })?;
+            // Never-written cells must hold finite values: masked positions are
+            // multiplied by zero in the kernels and NaN * 0 is NaN.
+            buffer.clear();
+            buffers.push(buffer);
+            contexts.push(ctx);
+        }
+        Ok(KvCache {
+            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
+            layout,
+            n_ctx,
+            // 4 bytes a position next to kilobytes of K/V: reserved whole so
+            // that decoding never reallocates it
+            tokens: Vec::with_capacity(n_ctx),
+            filled_with: None,
+            k: k.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
+            v: v.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
+            buffers,
+            _contexts: contexts,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    pub fn layout(&self) -> &CacheLayout {
+        &self.layout
+    }
+    pub fn n_cached(&self) -> usize {
+        self.tokens.len()
+    }
+    /// The tokens whose keys and values are stored, in position order.
+    pub fn tokens(&self) -> &[i32] {
+        &self.tokens
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    pub fn n_layer(&self) -> usize {
+        self.layout.n_layer
+    }
+    pub fn free_cells(&self) -> usize {
+        self.n_ctx - self.n_cached()
+    }
+    pub fn size_bytes(&self) -> usize {
+        self.buffers.iter().map(Buffer::size).sum()
+    }
+
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.filled_with = None;
+    }
+
+    /// The settings key of the computation that filled it (see the field).
+    pub fn filled_with(&self) -> Option<u64> {
+        self.filled_with
+    }
+
+    fn tensor(&self, il: usize, part: Part) -> Tensor {
+        match part {
+            Part::K => self.k[il],
+            Part::V => self.v[il],
+        }
+    }
+
+    /// Copies the first `n` cells of layer `il`'s K or V into `out` (which
+    /// is [`CacheLayout::cells_bytes`] long), in the tensor's own order: cell
+    /// after cell, or with V transposed channel after channel.
+    pub fn read_cells(&self, il: usize, part: Part, n: usize, out: &mut [u8]) {
+        assert_eq!(out.len(), self.layout.cells_bytes(part, n), "read_cells: size");
+        let t = self.tensor(il, part);
+        let mut at = 0;
+        for (offset, len) in self.layout.cell_ranges(part, n) {
+            rt::tensor_read(t, offset, &mut out[at..at + len]);
+            at += len;
+        }
+    }
+
+    /// Writes the first `n` cells of layer `il`'s K or V from `data`, laid
+    /// out as [`KvCache::read_cells`] gives them. The cells join the cache
+    /// with [`KvCache::advance`].
+    pub fn write_cells(&mut self, il: usize, part: Part, n: usize, data: &[u8]) {
+        assert_eq!(data.len(), self.layout.cells_bytes(part, n), "write_cells: size");
+        let t = self.tensor(il, part);
+        let mut at = 0;
+        for (offset, len) in self.layout.cell_ranges(part, n) {
+            rt::tensor_write(t, offset, &data[at..at + len]);
+            at += len;
+        }
+    }
+
+    /// Rolls back to the first `n` positions (n <= n_cached, else Error).
+    pub fn resize(&mut self, n: usize) -> Result<()> {
+        if n > self.n_cached() {
+            return Err(Error::Argument(format!(
+                "cannot resize the KV cache to {n} positions: it holds only {} (resize only rolls back)",
+                self.n_cached()
+            )));
+        }
+        self.tokens.truncate(n);
+        Ok(())
+    }
+
+    /// Records `tokens` as the next filled positions (after a successful
+    /// compute).
+    pub(crate) fn advance(&mut self, tokens: &[i32], settings: Option<u64>) {
+        debug_assert!(self.n_cached() + tokens.len() <= self.n_ctx);
+        self.tokens.extend_from_slice(tokens);
+        self.filled_with = settings;
+    }
+
+    /// The cells a graph over `n_new` more tokens attends to: llama.cpp's
+    /// `get_n_kv`, all used cells padded to 256, at most the cache size.
+    pub fn n_kv(&self, n_new: usize) -> usize {
+        let used = self.n_cached() + n_new;
+        self.layout.kv_size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
+    }
+
+    /// The cell indices the new tokens go to (llama.cpp's k_idxs), into `out`.
+    pub fn k_idxs_into(&self, n_new: usize, out: &mut Vec<i64>) {
+        out.clear();
+        out.extend((self.n_cached()..self.n_cached() + n_new).map(|c| c as i64));
+    }
+
+    /// The element indices for the V rows, into `out`: one per token, or with
+    /// V transposed one per token and channel (channel-major in the cache).
+    pub fn v_idxs_into(&self, n_new: usize, out: &mut Vec<i64>) {
+        if !self.layout.v_trans {
+            return self.k_idxs_into(n_new, out);
+        }
+        out.clear();
+        let (kv_size, n_embd) = (self.layout.kv_size as i64, self.layout.n_embd_v_gqa as i64);
+        for cell in self.n_cached() as i64..(self.n_cached() + n_new) as i64 {
+            out.extend((0..n_embd).map(|e| e * kv_size + cell));
+        }
+    }
+
+    pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
+        let ne = k_cur.ne();
+        let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);
+        g.set_rows(self.k[il], rows, k_idxs)
+    }
+
+    /// Writes V of the new tokens, as `store_k`; with V transposed every
+    /// element is its own row (llama.cpp's cpy_v).
+    pub fn store_v(&self, g: &GraphCtx, v_cur: Tensor, v_idxs: Tensor, il: usize) -> Tensor {
+        let ne = v_cur.ne();
+        let n_embd = ne[0] * ne[1];
+        if !self.layout.v_trans {
+            let rows = g.view_2d(v_cur, [n_embd, ne[2]], v_cur.nb()[2], 0);
+            return g.set_rows(self.v[il], rows, v_idxs);
+        }
+        let flat = if row_size(v_cur.type_id(), n_embd) == v_cur.nb()[2] {
+            g.reshape_2d(v_cur, n_embd, ne[2])
+        } else {
+            g.cont_2d(v_cur, n_embd, ne[2])
+        };
+        let cache = self.v[il];
+        let n_cache = cache.ne()[0] * cache.ne()[1];
+        let cache_elems = g.reshape_2d(cache, 1, n_cache);
+        let elems = g.reshape_2d(flat, 1, n_embd * ne[2]);
+        g.set_rows(cache_elems, elems, v_idxs)
+    }
+
+    /// K of the first `n_kv` cells as [head_dim, n_head_kv, n_kv, 1].
+    pub fn view_k(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
+        let l = &self.layout;
+        let k = self.k[il];
+        let t = k.type_id();
+        g.view_4d(
+            k,
+            [l.head_dim_k as i64, l.n_head_kv as i64, n_kv as i64, 1],
+            [
+                row_size(t, l.head_dim_k as i64),
+                row_size(t, l.n_embd_k_gqa as i64),
+                row_size(t, (l.n_embd_k_gqa * l.kv_size) as i64),
+            ],
+            0,
+        )
+    }
+
+    /// V of the first `n_kv` cells: [head_dim, n_head_kv, n_kv, 1], or with V
+    /// transposed [n_kv, n_head_kv, head_dim, 1].
+    pub fn view_v(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
+        let l = &self.layout;
+        let v = self.v[il];
+        let t = v.type_id();
+        if !l.v_trans {
+            return g.view_4d(
+                v,
+                [l.head_dim_v as i64, l.n_head_kv as i64, n_kv as i64, 1],
+                [
+                    row_size(t, l.head_dim_v as i64),
+                    row_size(t, l.n_embd_v_gqa as i64),
+                    row_size(t, (l.n_embd_v_gqa * l.kv_size) as i64),
+                ],
+                0,
+            );
+        }
+        g.view_4d(
+            v,
+            [n_kv as i64, l.n_head_kv as i64, l.head_dim_v as i64, 1],
+            [
+                row_size(t, (l.kv_size * l.head_dim_v) as i64),
+                row_size(t, l.kv_size as i64),
+                row_size(t, (l.kv_size * l.n_embd_v_gqa) as i64),
+            ],
+            0,
+        )
+    }
+}

@@ -1,0 +1,328 @@
+//! Tests of saved KV caches: the round trip of the bytes (V by position and
+//! transposed), the refusals, and every truncation and flipped byte of a
+//! small file, on caches filled by hand; then, where the test models are
+//! present, that a session continuing from a loaded cache computes exactly
+//! what it computes from the cache it saved.
+use super::*;
+use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides};
+use crate::engine::generate::inference::Inference;
+use crate::engine::ggml::runtime::Device;
+use crate::engine::model::Model;
+use std::sync::Arc;
+
+/// A directory of its own under the system's temporary directory, removed
+/// with everything in it when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("lugh-kv-file-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const N_CTX: usize = 20;
+const N_VOCAB: usize = 100;
+
+fn layout(v_trans: bool) -> CacheLayout {
+    CacheLayout {
+        n_layer: 2,
+        n_embd_k_gqa: 8,
+        n_embd_v_gqa: 6,
+        head_dim_k: 4,
+        head_dim_v: 3,
+        n_head_kv: 2,
+        kv_size: 256,
+        v_trans,
+    }
+}
+
+fn empty_cache(layout: CacheLayout) -> KvCache {
+    let cpu = Device::by_backend_name("CPU").expect("the CPU backend");
+    let bufts = vec![cpu.buffer_type(); layout.n_layer];
+    KvCache::new(layout, N_CTX, &bufts).expect("a cache")
+}
+
+/// A cache whose first `n` cells hold bytes that differ from cell to cell,
+/// channel to channel, layer to layer.
+fn filled_cache(v_trans: bool, n: usize) -> KvCache {
+    let mut cache = empty_cache(layout(v_trans));
+    for il in 0..2 {
+        for (p, part) in [Part::K, Part::V].into_iter().enumerate() {
+            let len = cache.layout().cells_bytes(part, n);
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + il * 31 + p * 101 + 1) as u8).collect();
+            cache.write_cells(il, part, n, &data);
+        }
+    }
+    let tokens: Vec<i32> = (0..n as i32).map(|i| (i * 13 + 5) % N_VOCAB as i32).collect();
+    cache.advance(&tokens, None);
+    cache
+}
+
+fn model_id(fingerprint: u64) -> ModelId {
+    ModelId { fingerprint, name: "Tiny Test Model".into(), architecture: "llama".into() }
+}
+
+fn target(v_trans: bool) -> Target {
+    Target { model: model_id(0x1234), layout: layout(v_trans), n_ctx: N_CTX, n_vocab: N_VOCAB }
+}
+
+fn load_for(path: &Path, target: &Target) -> Result<KvCache> {
+    load(path, target, || Ok(empty_cache(target.layout)))
+}
+
+/// Every byte of every layer's K and V (all cells, filled or not).
+fn contents(cache: &KvCache) -> Vec<u8> {
+    let kv_size = cache.layout().kv_size;
+    let mut all = Vec::new();
+    for il in 0..cache.n_layer() {
+        for part in [Part::K, Part::V] {
+            let mut bytes = vec![0u8; cache.layout().cells_bytes(part, kv_size)];
+            cache.read_cells(il, part, kv_size, &mut bytes);
+            all.extend(bytes);
+        }
+    }
+    all
+}
+
+#[test]
+fn a_loaded_cache_holds_exactly_what_was_saved() {
+    let dir = TempDir::new("round-trip");
+    for v_trans in [false, true] {
+        for n in [0, 1, 5, N_CTX] {
+            let saved = filled_cache(v_trans, n);
+            let path = dir.file(&format!("cache-{v_trans}-{n}.kv"));
+            save(&path, &saved, &model_id(0x1234)).expect("saved");
+            let l = layout(v_trans);
+            let data: usize = [Part::K, Part::V].iter().map(|&p| l.cells_bytes(p, n)).sum::<usize>() * l.n_layer;
+            let size = std::fs::metadata(&path).expect("written").len() as usize;
+            assert_eq!(size, HEADER_LEN + 4 * n + data + 8, "only the filled cells are written");
+            let loaded = load_for(&path, &target(v_trans)).expect("loaded");
+            assert_eq!(loaded.tokens(), saved.tokens(), "tokens (v_trans {v_trans}, n {n})");
+            assert_eq!(contents(&loaded), contents(&saved), "K/V bytes (v_trans {v_trans}, n {n})");
+        }
+    }
+    let names: Vec<String> =
+        std::fs::read_dir(&dir.0).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| n.ends_with(".kv")), "no temporary file is left: {names:?}");
+}
+
+#[test]
+fn transposed_v_keeps_the_first_cells_of_each_channel() {
+    // V transposed is [kv_size cells] x [n_embd_v_gqa channels]: element
+    // (channel e, cell c) at e * kv_size + c.
+    let l = layout(true);
+    let mut cache = empty_cache(l);
+    let whole: Vec<u8> = (0..l.n_embd_v_gqa * l.kv_size)
+        .flat_map(|i| {
+            let (e, c) = (i / l.kv_size, i % l.kv_size);
+            [e as u8, c as u8]
+        })
+        .collect();
+    cache.write_cells(0, Part::V, l.kv_size, &whole);
+    let n = 3;
+    let mut first = vec![0u8; l.cells_bytes(Part::V, n)];
+    cache.read_cells(0, Part::V, n, &mut first);
+    let want: Vec<u8> = (0..l.n_embd_v_gqa).flat_map(|e| (0..n).flat_map(move |c| [e as u8, c as u8])).collect();
+    assert_eq!(first, want);
+}
+
+fn message(r: Result<KvCache>) -> String {
+    match r {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_cache_for_another_model_or_setting_is_refused_saying_what_differs() {
+    let dir = TempDir::new("refusals");
+    let path = dir.file("c.kv");
+    save(&path, &filled_cache(true, 5), &model_id(0x1234)).expect("saved");
+
+    let mut other = target(true);
+    other.model = ModelId { fingerprint: 0x9999, name: "Other".into(), architecture: "qwen2".into() };
+    let m = message(load_for(&path, &other));
+    assert!(m.contains("saved for the model 'Tiny Test Model' (llama, fingerprint 0000000000001234)"), "{m}");
+    assert!(m.contains("this session runs 'Other' (qwen2, fingerprint 0000000000009999)"), "{m}");
+    assert!(m.contains(&path.display().to_string()), "names the file: {m}");
+
+    let mut wider = target(true);
+    wider.n_ctx = 40;
+    let m = message(load_for(&path, &wider));
+    assert!(m.contains("n_ctx 20, and this session has n_ctx 40"), "{m}");
+
+    let m = message(load_for(&path, &target(false)));
+    assert!(
+        m.contains("saved with flash attention off (V stored transposed), and this session has flash_attn on"),
+        "{m}"
+    );
+
+    let mut narrow_vocab = target(true);
+    narrow_vocab.n_vocab = 10;
+    let m = message(load_for(&path, &narrow_vocab));
+    assert!(m.contains("outside the model's vocabulary [0, 10)"), "{m}");
+
+    let mut made = false;
+    let _ = load(&path, &other, || {
+        made = true;
+        Ok(empty_cache(layout(true)))
+    });
+    assert!(!made, "no cache is allocated for a file that does not fit");
+}
+
+#[test]
+fn every_truncation_and_every_flipped_byte_is_an_error() {
+    let dir = TempDir::new("damage");
+    let path = dir.file("c.kv");
+    save(&path, &filled_cache(false, 4), &model_id(0x1234)).expect("saved");
+    let good = std::fs::read(&path).unwrap();
+    let t = target(false);
+    let damaged = dir.file("damaged.kv");
+    for len in 0..good.len() {
+        std::fs::write(&damaged, &good[..len]).unwrap();
+        let m = message(load_for(&damaged, &t));
+        assert!(m.contains("is truncated: the file ends inside"), "cut at {len}: {m}");
+    }
+    for at in 0..good.len() {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x10;
+        std::fs::write(&damaged, &bytes).unwrap();
+        let m = message(load_for(&damaged, &t));
+        let expect = match at {
+            0..8 => "not a saved Lugh KV cache (bad magic)",
+            8..12 => "format version",
+            12..HEADER_LEN => "the header's checksum does not match",
+            _ => "the checksum does not match",
+        };
+        assert!(m.contains(expect), "byte {at} flipped: {m}");
+    }
+    let mut longer = good.clone();
+    longer.push(0);
+    std::fs::write(&damaged, &longer).unwrap();
+    assert!(message(load_for(&damaged, &t)).contains("1 bytes follow the checksum"));
+}
+
+#[test]
+fn other_files_and_paths_are_refused() {
+    let dir = TempDir::new("paths");
+    let t = target(false);
+    let m = message(load_for(&dir.file("absent.kv"), &t));
+    assert!(m.contains("cannot read") && m.contains("absent.kv") && m.contains("No such file"), "{m}");
+    let m = message(load_for(&dir.0, &t));
+    assert!(m.contains("it is a directory"), "{m}");
+    let gguf = dir.file("model.gguf");
+    std::fs::write(&gguf, b"GGUF\x03\0\0\0 and so on, long enough to hold a whole header ............").unwrap();
+    assert!(message(load_for(&gguf, &t)).contains("not a saved Lugh KV cache (bad magic)"));
+    std::fs::write(&gguf, b"GG").unwrap();
+    assert!(message(load_for(&gguf, &t)).contains("bad magic"));
+
+    let mut v2 = std::fs::read({
+        let p = dir.file("c.kv");
+        save(&p, &filled_cache(false, 2), &model_id(0x1234)).expect("saved");
+        p
+    })
+    .unwrap();
+    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let newer = dir.file("newer.kv");
+    std::fs::write(&newer, &v2).unwrap();
+    let m = message(load_for(&newer, &t));
+    assert!(m.contains("format version 2, which this Lugh does not read (it reads version 1)"), "{m}");
+
+    let cache = filled_cache(false, 2);
+    let e = save(&dir.file("no-such-dir/c.kv"), &cache, &model_id(1)).expect_err("no directory");
+    assert!(e.to_string().starts_with("cannot write '") && e.to_string().contains("No such file"), "{e}");
+    let e = save(&dir.0, &cache, &model_id(1)).expect_err("a directory");
+    assert!(e.to_string().contains("it is a directory"), "{e}");
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 3, "no temporary file is left");
+}
+
+#[test]
+fn long_names_are_cut_at_a_character_boundary() {
+    let dir = TempDir::new("names");
+    let path = dir.file("c.kv");
+    let model = ModelId { fingerprint: 7, name: "é".repeat(200), architecture: "llama".into() };
+    save(&path, &filled_cache(false, 1), &model).expect("saved");
+    let mut t = target(false);
+    t.model.fingerprint = 8;
+    let m = message(load_for(&path, &t));
+    assert!(m.contains(&format!("'{}' (llama", "é".repeat(80))), "{m}");
+}
+
+// --- with a real model ---
+
+fn model_file(name: &str) -> Option<PathBuf> {
+    let dir = match std::env::var("LUGH_MODEL_DIR") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/lugh/models"),
+    };
+    let path = dir.join(format!("{name}.gguf"));
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipped: {} is absent", path.display());
+        None
+    }
+}
+
+fn inference(path: &Path, use_mmap: bool, flash: bool, n_ctx: usize) -> Arc<Inference> {
+    let model = Arc::new(Model::open(path, use_mmap).expect("model"));
+    let options = InferenceOptions {
+        n_threads: Some(2),
+        n_ctx: Some(n_ctx),
+        flash_attn: Some(if flash { FlashAttn::Enabled } else { FlashAttn::Disabled }),
+        ..Default::default()
+    };
+    Arc::new(Inference::new(model, options).expect("session"))
+}
+
+#[test]
+fn a_session_continues_from_a_loaded_cache_as_from_the_saved_one() {
+    let Some(path) = model_file("smollm2-135m-q4_1") else {
+        return;
+    };
+    let dir = TempDir::new("smollm2");
+    let prompt = [6403, 1980, 253, 655, 28, 260, 2240, 282];
+    for flash in [false, true] {
+        let first = inference(&path, true, flash, 256);
+        let cache = first.new_cache().expect("cache");
+        first.forward(&prompt, Some(&cache), None, Output::Last, &Overrides::NONE).expect("prefill");
+        let file = dir.file(&format!("fa-{flash}.kv"));
+        cache.save(&file).expect("saved");
+        // another model object, read without mmap: the same file, the same fingerprint
+        let second = inference(&path, false, flash, 256);
+        let loaded = second.load_cache(&file).expect("loaded");
+        assert_eq!(loaded.with(|kv| Ok(kv.tokens().to_vec())).unwrap(), prompt);
+        for next in [[504], [3575]] {
+            let a = first.forward(&next, Some(&cache), None, Output::Last, &Overrides::NONE).expect("continued");
+            let b = second.forward(&next, Some(&loaded), None, Output::Last, &Overrides::NONE).expect("continued");
+            assert!(a[0] == b[0], "flash {flash}: the same logits, bit for bit");
+        }
+        let other_ctx = inference(&path, true, flash, 512);
+        assert!(matches!(other_ctx.load_cache(&file), Err(Error::CacheMismatch { .. })));
+        let other_fa = inference(&path, true, !flash, 256);
+        assert!(matches!(other_fa.load_cache(&file), Err(Error::CacheMismatch { .. })));
+    }
+}
+
+#[test]
+fn models_have_different_fingerprints() {
+    let (Some(smollm2), Some(qwen)) = (model_file("smollm2-135m-q4_1"), model_file("qwen2.5-coder-0.5b-q4_k_m")) else {
+        return;
+    };
+    let a = Model::open(&smollm2, true).unwrap().fingerprint().unwrap();
+    assert_eq!(Model::open(&smollm2, false).unwrap().fingerprint().unwrap(), a, "mapped or read");
+    assert_ne!(Model::open(&qwen, true).unwrap().fingerprint().unwrap(), a);
+}

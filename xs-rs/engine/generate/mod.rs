@@ -1,0 +1,15 @@
+//! What is done with a forward pass's logits: sampling, the generation loop,
+//! speculative decoding, streaming text, chat templates, embeddings and
+//! scores, and [`inference::Inference`], the Rust side of `Lugh::Inference`
+//! (a runner with its scratch caches). Imports `ggml`, `model` and
+//! `forward`; never `tensor` or `train`.
+pub mod chat_template;
+pub mod embedding;
+pub mod generation;
+pub mod inference;
+pub mod logits;
+pub mod ngram;
+pub mod sampler;
+pub mod scoring;
+pub mod speculative;
+pub mod text_stream;

@@ -1,0 +1,613 @@
+//! The supported architectures as rows of building blocks, and the
+//! hyperparameters read once from the GGUF header. One graph builder
+//! (forward/graph.rs) reads the row; adding an architecture is one row here plus a
+//! parity test.
+use crate::engine::ggml::ops::{GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM};
+use crate::engine::model::gguf::Array;
+use crate::engine::model::rope::ScalingType;
+use crate::engine::model::Model;
+use crate::engine::{Error, Result};
+use std::ffi::c_int;
+use std::path::Path;
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// Adjacent pairs (LLaMA).
+    Norm,
+    /// First half with second half (GPT-NeoX, Qwen2, Gemma).
+    Neox,
+    /// No rotary embeddings: learned positions instead (GPT-2).
+    None,
+}
+
+impl Rope {
+    /// ggml's mode; None for no RoPE.
+    pub fn ggml_mode(self) -> Option<c_int> {
+        match self {
+            Rope::Norm => Some(GGML_ROPE_TYPE_NORM),
+            Rope::Neox => Some(GGML_ROPE_TYPE_NEOX),
+            Rope::None => None,
+        }
+    }
+}
+
+/// The feed-forward activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// silu(gate) * up
+    SwiGlu,
+    /// gelu_tanh(gate) * up
+    GeGlu,
+    /// gelu_tanh(up), no gate (StarCoder2)
+    Gelu,
+}
+
+/// The normalisation of the blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    /// RMSNorm (`attention.layer_norm_rms_epsilon`).
+    Rms,
+    /// LayerNorm with weight and (required) bias (`attention.layer_norm_epsilon`).
+    Layer,
+}
+
+/// Tensors of RoPE frequency factors ([n_rot / 2], dividing each pair's frequency).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// `rope_freqs` (Llama 3); with rope scaling type `longrope`, LongShort.
+    Freqs,
+    /// `rope_factors_long` when the context exceeds the original training
+    /// context (`rope.scaling.original_context_length`), else
+    /// `rope_factors_short` (Phi-3's LongRoPE).
+    LongShort,
+}
+
+/// Mixture-of-experts feed-forward blocks (llama.cpp's build_moe_ffn with
+/// softmax routing over `ffn_gate_inp`, top-k experts by `ggml_mul_mat_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experts {
+    /// Dense feed-forward blocks only.
+    None,
+    /// Experts when the file's `expert_count` is above 0 (Mixtral in the
+    /// llama row); each expert is n_ff wide.
+    WhenCounted,
+    /// Always experts, `expert_feed_forward_length` wide (default n_ff /
+    /// expert_used_count); `renormalize`: the chosen experts' weights are
+    /// divided by their sum; `shared`: a shared expert gated by a sigmoid
+    /// (Qwen2-MoE).
+    Always { renormalize: bool, shared: bool },
+}
+
+/// RMSNorm of Q and K before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Over each head (`attn_q_norm` [head_dim]; Gemma 3, Qwen3).
+    PerHead,
+    /// Over the whole projection (`attn_q_norm` [n_head * head_dim]; OLMo 2).
+    Whole,
+    /// Over each head with each head's own weights (`attn_q_norm`
+    /// [head_dim, n_head]), when the file has them (StableLM 2 12B).
+    EachHeadOptional,
+}
+
+/// The RoPE of sliding-window layers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SwaRope {
+    /// Its own base (`rope.freq_base_swa`, default the value), unscaled (Gemma 3).
+    Base(f32),
+    /// The global base (unless `rope.freq_base_swa`) and scaling (Gemma 2).
+    Global,
+    /// The global base, without frequency scaling or magnitude factor (OLMo 3).
+    GlobalBaseUnscaled,
+}
+
+/// Where the output projection comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputWeight {
+    /// `output.weight`, else the token embeddings (tied).
+    OwnOrEmbd,
+    /// Always the token embeddings (Gemma).
+    Embd,
+    /// `output.weight`, required (OLMo 2).
+    Own,
+}
+
+/// One supported architecture: the switches that distinguish it.
+#[derive(Clone, Copy, Debug)]
+pub struct ArchSpec {
+    /// `general.architecture` in the GGUF file.
+    pub name: &'static str,
+    pub rope: Rope,
+    /// The attention output projection may carry a bias (optional tensor;
+    /// Q/K/V biases and a fused attn_qkv are optional for every row).
+    pub out_bias: bool,
+    pub norm: Norm,
+    /// Biases on the attention output and the FFN's up and down projections,
+    /// all required (StarCoder2, GPT-2).
+    pub dense_biases: bool,
+    /// A layer without `ffn_norm` feeds the FFN the attention's normed
+    /// input (StableLM 2's parallel residual).
+    pub ffn_norm_optional: bool,
+    /// Attention and FFN side by side on the same normed input, both added
+    /// to the residual (Falcon; Falcon-40B's attention has its own
+    /// `attn_norm_2`).
+    pub parallel_block: bool,
+    /// RMSNorm of Q and K before RoPE.
+    pub qk_norm: QkNorm,
+    /// RMSNorm of each block's input (`attn_norm`, `ffn_norm`); OLMo 2 has none.
+    pub pre_norms: bool,
+    /// RMSNorm of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
+    pub post_norms: bool,
+    pub act: Activation,
+    pub experts: Experts,
+    /// One `ffn_up` of 2 * n_ff rows holding gate and up, no `ffn_gate` (Phi-3).
+    pub fused_ffn_up: bool,
+    /// Token embeddings are multiplied by sqrt(n_embd) (Gemma).
+    pub embed_scale_sqrt: bool,
+    /// Q is scaled by 1/sqrt(head_dim) before attention (kq scale 1 then), as
+    /// Gemma's graph does, instead of scaling inside the softmax.
+    pub scale_q: bool,
+    /// Sliding-window layers: every `swa_pattern`-th layer is global, the rest
+    /// use the window, with the SWA rope base (Gemma 3's default pattern 6).
+    pub swa_pattern: Option<u32>,
+    /// The window when the file gives none (Gemma 2: 4096; 0 = no sliding
+    /// window unless the file sets one).
+    pub swa_default_window: u32,
+    /// RoPE of the sliding-window layers.
+    pub swa_rope: SwaRope,
+    /// The block count at which Q is scaled by 1/sqrt(n_embd / n_head)
+    /// instead of 1/sqrt(head_dim) (Gemma's 27B models, as llama.cpp).
+    pub wide_query_scale_at: Option<usize>,
+    /// Which optional tensors of per-dimension RoPE frequency factors the
+    /// architecture reads.
+    pub rope_factors: RopeFactors,
+    /// Attention logits soft-capped before the softmax (Gemma 2): the key
+    /// `attn_logit_softcapping`, default 50.
+    pub attn_softcap: bool,
+    /// The final logit soft-cap when the file gives none (0 = none; Gemma 2: 30).
+    pub final_softcap_default: f32,
+    /// Granite's multipliers: `embedding_scale` on the embeddings,
+    /// `residual_scale` on each block's output before the residual add, and
+    /// the logits divided by `logit_scale` (required).
+    pub granite_scales: bool,
+    /// Where the output projection comes from.
+    pub output: OutputWeight,
+}
+
+/// LLaMA and the base the other rows change.
+const LLAMA: ArchSpec = ArchSpec {
+    name: "llama",
+    rope: Rope::Norm,
+    out_bias: true,
+    norm: Norm::Rms,
+    dense_biases: false,
+    ffn_norm_optional: false,
+    parallel_block: false,
+    qk_norm: QkNorm::None,
+    pre_norms: true,
+    post_norms: false,
+    act: Activation::SwiGlu,
+    experts: Experts::WhenCounted,
+    fused_ffn_up: false,
+    embed_scale_sqrt: false,
+    scale_q: false,
+    swa_pattern: None,
+    swa_default_window: 0,
+    swa_rope: SwaRope::Base(10000.0),
+    wide_query_scale_at: None,
+    rope_factors: RopeFactors::Freqs,
+    attn_softcap: false,
+    final_softcap_default: 0.0,
+    granite_scales: false,
+    output: OutputWeight::OwnOrEmbd,
+};
+
+/// Gemma 3, which Gemma 2 changes.
+const GEMMA3: ArchSpec = ArchSpec {
+    name: "gemma3",
+    rope: Rope::Neox,
+    out_bias: false,
+    qk_norm: QkNorm::PerHead,
+    post_norms: true,
+    experts: Experts::None,
+    act: Activation::GeGlu,
+    embed_scale_sqrt: true,
+    scale_q: true,
+    swa_pattern: Some(6),
+    wide_query_scale_at: Some(62),
+    rope_factors: RopeFactors::None,
+    ..LLAMA
+};
+
+/// The table of supported architectures.
+pub const ARCHITECTURES: &[ArchSpec] = &[
+    LLAMA,
+    ArchSpec {
+        name: "qwen2",
+        rope: Rope::Neox,
+        out_bias: false,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "qwen2moe",
+        rope: Rope::Neox,
+        out_bias: false,
+        experts: Experts::Always { renormalize: false, shared: true },
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "qwen3",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: QkNorm::PerHead,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "qwen3moe",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: QkNorm::PerHead,
+        experts: Experts::Always { renormalize: true, shared: false },
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "phi3",
+        rope: Rope::Neox,
+        out_bias: false,
+        experts: Experts::None,
+        fused_ffn_up: true,
+        scale_q: true,
+        rope_factors: RopeFactors::LongShort,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "gemma2",
+        qk_norm: QkNorm::None,
+        swa_pattern: Some(2),
+        swa_default_window: 4096,
+        swa_rope: SwaRope::Global,
+        wide_query_scale_at: Some(46),
+        attn_softcap: true,
+        final_softcap_default: 30.0,
+        output: OutputWeight::Embd,
+        ..GEMMA3
+    },
+    GEMMA3,
+    ArchSpec {
+        name: "gemma",
+        qk_norm: QkNorm::None,
+        post_norms: false,
+        swa_pattern: None,
+        wide_query_scale_at: None,
+        output: OutputWeight::Embd,
+        ..GEMMA3
+    },
+    ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
+    ArchSpec {
+        name: "gpt2",
+        rope: Rope::None,
+        norm: Norm::Layer,
+        dense_biases: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "falcon",
+        rope: Rope::Neox,
+        out_bias: false,
+        norm: Norm::Layer,
+        parallel_block: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "stablelm",
+        rope: Rope::Neox,
+        out_bias: false,
+        norm: Norm::Layer,
+        qk_norm: QkNorm::EachHeadOptional,
+        ffn_norm_optional: true,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        output: OutputWeight::Own,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "starcoder2",
+        rope: Rope::Neox,
+        norm: Norm::Layer,
+        dense_biases: true,
+        act: Activation::Gelu,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        ..LLAMA
+    },
+    ArchSpec {
+        name: "olmo2",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: QkNorm::Whole,
+        pre_norms: false,
+        post_norms: true,
+        experts: Experts::None,
+        swa_pattern: Some(4),
+        swa_rope: SwaRope::GlobalBaseUnscaled,
+        rope_factors: RopeFactors::None,
+        output: OutputWeight::Own,
+        ..LLAMA
+    },
+];
+
+/// The row for `name`, or an error naming the file (`path`), the
+/// architecture and the supported ones.
+pub fn spec_for(name: &str, path: &Path) -> Result<&'static ArchSpec> {
+    ARCHITECTURES.iter().find(|a| a.name == name).ok_or_else(|| Error::UnsupportedArchitecture {
+        path: path.to_path_buf(),
+        name: name.to_string(),
+        supported: ARCHITECTURES.iter().map(|a| a.name).collect(),
+    })
+}
+
+/// Hyperparameters, read once from the header.
+#[derive(Clone, Debug)]
+pub struct HParams {
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_ff: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_rot: usize,
+    pub norm_eps: f32,
+    pub rope_freq_base: f32,
+    /// The scaling the model was trained with (`rope.scaling.type`, default
+    /// linear) and its frequency scale (1 / `rope.scaling.factor`).
+    pub rope_scaling: ScalingType,
+    pub rope_freq_scale: f32,
+    /// RoPE's magnitude factor (`rope.scaling.attn_factor`, default 1).
+    pub rope_attn_factor: f32,
+    /// The context the RoPE factors were trained for
+    /// (`rope.scaling.original_context_length`, default n_ctx_train).
+    pub n_ctx_orig_yarn: usize,
+    /// Sliding window size (0 = none) and which layers use it.
+    pub n_swa: u32,
+    pub swa_layers: Vec<bool>,
+    /// The sliding-window layers' base and scale (their own; a session's
+    /// RoPE settings do not change them, as in llama.cpp).
+    pub rope_freq_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    /// Scale applied to Q (scale_q architectures) or inside the softmax.
+    pub attention_scale: f32,
+    /// Final logit softcapping (0 = none).
+    pub final_logit_softcap: f32,
+    /// Attention logit softcapping (0 = none).
+    pub attn_softcap: f32,
+    /// Multiplier of the token embeddings (0 = none).
+    pub embedding_scale: f32,
+    /// Multiplier of each block's output before its residual add (0 = none).
+    pub residual_scale: f32,
+    /// The logits are divided by this (1 = none).
+    pub logit_scale: f32,
+    /// Experts per MoE layer (0 = dense), how many each token uses, the
+    /// width of each and of the shared expert (0 = none).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
+}
+
+impl HParams {
+    pub fn n_embd_k_gqa(&self) -> usize {
+        self.head_dim_k * self.n_head_kv
+    }
+    pub fn n_embd_v_gqa(&self) -> usize {
+        self.head_dim_v * self.n_head_kv
+    }
+    pub fn is_swa(&self, il: usize) -> bool {
+        self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
+        let arch = spec.name;
+        let missing = |key: &str| Error::Corrupt {
+            path: model.path().clone(),
+            what: format!("the key {arch}.{key} is missing or not a number (architecture {arch})"),
+        };
+        let positive = |v: Option<i64>, key: &str| -> Result<usize> {
+            match v {
+                Some(n) if n > 0 => Ok(n as usize),
+                _ => Err(missing(key)),
+            }
+        };
+        let int = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_i64());
+        let float = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_f64());
+        let n_embd = positive(model.n_embd(), "embedding_length")?;
+        let n_layer = positive(model.n_layer(), "block_count")?;
+        let n_head = positive(model.n_head(), "attention.head_count")?;
+        let n_head_kv = positive(model.n_head_kv(), "attention.head_count_kv")?;
+        let n_ff = positive(model.n_ff(), "feed_forward_length")?;
+        let n_vocab = positive(model.n_vocab(), "vocab_size")?;
+        let n_ctx_train = positive(model.n_ctx_train(), "context_length")?;
+        let key_length = int("attention.key_length");
+        let value_length = int("attention.value_length");
+        // Without explicit head sizes a head is n_embd / n_head wide.
+        if (n_embd % n_head != 0 && (key_length.is_none() || value_length.is_none())) || n_head % n_head_kv != 0 {
+            return Err(Error::Corrupt {
+                path: model.path().clone(),
+                what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
+            });
+        }
+        let head_dim_k = key_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let head_dim_v = value_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
+        // n_rot's range is validate.rs's (it names the rule)
+        if head_dim_k == 0 || head_dim_v == 0 {
+            return Err(missing("attention.key_length"));
+        }
+        let eps_key = match spec.norm {
+            Norm::Rms => "attention.layer_norm_rms_epsilon",
+            Norm::Layer => "attention.layer_norm_epsilon",
+        };
+        let norm_eps = float(eps_key).ok_or_else(|| missing(eps_key))? as f32;
+        let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
+        // llama.cpp's default type is linear: a scaling factor without a type
+        // scales.
+        let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("linear");
+        let rope_scaling = ScalingType::from_name(scaling).ok_or_else(|| Error::Invalid {
+            path: model.path().clone(),
+            what: format!(
+                "rope scaling type '{scaling}' is not known (architecture {arch}; known: {})",
+                ScalingType::NAMES.join(", ")
+            ),
+        })?;
+        let factor = float("rope.scaling.factor").or_else(|| float("rope.scale_linear")).filter(|&f| f != 0.0);
+        let rope_freq_scale = factor.map_or(1.0, |f| (1.0 / f) as f32);
+        let rope_attn_factor = float("rope.scaling.attn_factor").unwrap_or(1.0) as f32;
+        let n_ctx_orig_yarn = int("rope.scaling.original_context_length")
+            .filter(|&n| n > 0)
+            .map_or(n_ctx_train, |n| n.min(u32::MAX as i64) as usize);
+        let n_swa = match spec.swa_pattern {
+            Some(_) => match int("attention.sliding_window") {
+                Some(w) => w.clamp(0, u32::MAX as i64) as u32,
+                None => spec.swa_default_window,
+            },
+            None => 0,
+        };
+        let swa_layers = swa_layers(model, spec, n_layer, n_swa);
+        let swa_base = |default: f32| float("rope.freq_base_swa").map_or(default, |v| v as f32);
+        let (rope_freq_base_swa, rope_freq_scale_swa) = match spec.swa_rope {
+            SwaRope::Base(base) => (swa_base(base), 1.0),
+            SwaRope::Global => (swa_base(rope_freq_base), rope_freq_scale),
+            // llama.cpp's OLMo 3 graph: the session's base, unscaled
+            SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
+        };
+        // llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
+        // 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
+        let attention_scale = if spec.scale_q && spec.wide_query_scale_at == Some(n_layer) {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else if spec.scale_q {
+            1.0 / (head_dim_k as f32).sqrt()
+        } else {
+            float("attention.scale").map(|v| v as f32).filter(|&s| s != 0.0).unwrap_or(1.0 / (head_dim_k as f32).sqrt())
+        };
+        let final_logit_softcap = float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
+        let attn_softcap = if spec.attn_softcap { float("attn_logit_softcapping").unwrap_or(50.0) as f32 } else { 0.0 };
+        let (mut embedding_scale, mut residual_scale, mut logit_scale) = (0.0, 0.0, 1.0);
+        if spec.granite_scales {
+            embedding_scale = float("embedding_scale").unwrap_or(0.0) as f32;
+            residual_scale = float("residual_scale").unwrap_or(0.0) as f32;
+            logit_scale = float("logit_scale").ok_or_else(|| missing("logit_scale"))? as f32;
+            // rope.scaling.finetuned = false turns RoPE off in llama.cpp's Granite
+            if model.gguf.arch_value("rope.scaling.finetuned").and_then(|v| v.as_bool()) == Some(false) {
+                return Err(Error::Invalid {
+                    path: model.path().clone(),
+                    what: format!("{arch}.rope.scaling.finetuned is false (no RoPE), which Lugh does not support"),
+                });
+            }
+        }
+        let count = |key: &str| int(key).filter(|&n| n > 0).map_or(0, |n| n.min(u32::MAX as i64) as usize);
+        let (n_expert, n_expert_used) = match spec.experts {
+            Experts::None => (0, 0),
+            _ => (count("expert_count"), count("expert_used_count")),
+        };
+        let (mut n_ff_exp, mut n_ff_shexp) = (0, 0);
+        match spec.experts {
+            Experts::None => {}
+            Experts::WhenCounted => n_ff_exp = n_ff,
+            Experts::Always { shared, .. } => {
+                if n_expert == 0 || n_expert_used == 0 {
+                    return Err(missing(if n_expert == 0 { "expert_count" } else { "expert_used_count" }));
+                }
+                n_ff_exp = match count("expert_feed_forward_length") {
+                    0 => n_ff / n_expert_used,
+                    n => n,
+                };
+                if shared {
+                    n_ff_shexp = match count("expert_shared_feed_forward_length") {
+                        0 => n_ff,
+                        n => n,
+                    };
+                }
+            }
+        }
+        Ok(HParams {
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            n_ff,
+            head_dim_k,
+            head_dim_v,
+            n_rot,
+            norm_eps,
+            rope_freq_base,
+            rope_scaling,
+            rope_freq_scale,
+            rope_attn_factor,
+            n_ctx_orig_yarn,
+            n_swa,
+            swa_layers,
+            rope_freq_base_swa,
+            rope_freq_scale_swa,
+            attention_scale,
+            final_logit_softcap,
+            attn_softcap,
+            embedding_scale,
+            residual_scale,
+            logit_scale,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            n_ff_shexp,
+        })
+    }
+}
+
+/// Which layers use the sliding window: the file's per-layer list, else its
+/// pattern number, else the architecture's default pattern (every n-th layer
+/// global), as llama.cpp's `load_swa_pattern`.
+fn swa_layers(model: &Model, spec: &ArchSpec, n_layer: usize, n_swa: u32) -> Vec<bool> {
+    let Some(default_pattern) = spec.swa_pattern.filter(|_| n_swa > 0) else {
+        return vec![false; n_layer];
+    };
+    let value = model.gguf.arch_value("attention.sliding_window_pattern");
+    if let Some(list) = value.and_then(|v| v.as_array()) {
+        return (0..n_layer)
+            .map(|i| match list {
+                Array::Bool(flags) => flags.get(i).copied().unwrap_or(false),
+                _ => list.int_at(i).unwrap_or(0) != 0,
+            })
+            .collect();
+    }
+    let pattern = value.and_then(|v| v.as_i64()).map(|p| p as u32).unwrap_or(default_pattern);
+    (0..n_layer).map(|il| pattern == 0 || (il as u32 % pattern) < pattern - 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_architecture_is_named() {
+        let err = spec_for("mamba", Path::new("m.gguf")).unwrap_err().to_string();
+        assert!(err.contains("mamba") && err.contains("llama") && err.contains("gemma3"), "{err}");
+    }
+}
