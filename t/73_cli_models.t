@@ -17,7 +17,7 @@ use LughTest::TinyModel qw(tiny_model);
 use LughTest::FakeIndex;
 use Lugh::ModelStore ();
 
-plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::_which('curl');
+plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::Download::_which('curl');
 
 my $dir = tempdir(CLEANUP => 1);
 my $models = "$dir/models";
