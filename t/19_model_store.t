@@ -19,16 +19,7 @@ use LughTest::TinyModel qw(tiny_model);
 use LughTest::FakeIndex;
 use Lugh;
 
-plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::Download::_which('curl');
-
-my $dir = tempdir(CLEANUP => 1);
-my $models = "$dir/models";
-make_path($models);
-local $ENV{LUGH_MODEL_DIR} = $models;
-delete local $ENV{LUGH_CATALOGUE};
-
-my $tiny_path = tiny_model($dir);
-my $tiny = do { open my $fh, '<:raw', $tiny_path or die $!; local $/; <$fh> };
+my ($dir, $models, $tiny_path, $tiny) = LughTest::FakeIndex::model_store();
 my $tiny_sha = sha256_hex($tiny);
 cmp_ok(length $tiny, '>', 150_000, 'the tiny model is big enough to split');
 

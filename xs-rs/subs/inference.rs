@@ -283,7 +283,8 @@ const FORWARD_AS_OBJECT: Opt<ForwardArgs> = Opt::new("as_object", |perl, sv, a| 
 });
 const FORWARD_ROPE: Opt<ForwardArgs> =
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request()))));
-const FORWARD_LORA: Opt<ForwardArgs> = Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv)));
+const FORWARD_LORA: Opt<ForwardArgs> =
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv)));
 
 /// The options of forward(), in the order they are read.
 const FORWARD_OPTIONS: &[Opt<ForwardArgs>] = &[

@@ -5,7 +5,8 @@ use crate::engine::model_create::RandomModel;
 use crate::engine::train::{save_model, trainable_weights};
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, names, new_object, option_names, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
+    accessor_names, names, new_object, object_arc, option_names, read_accessor, set, Accessor, Args, Given, Item, Opt,
+    Perl, Ret, Sv,
 };
 use crate::xs_subs;
 use std::path::PathBuf;

@@ -12,10 +12,7 @@ use crate::xs_subs;
 use std::sync::Arc;
 
 /// Runs the op named by the first argument, errors reported as Lugh::Ops::NAME.
-fn named_op(
-    args: &Args,
-    f: impl FnOnce(&str) -> Result<Arc<TensorHandle>, Error>,
-) -> Result<Ret, XsError> {
+fn named_op(args: &Args, f: impl FnOnce(&str) -> Result<Arc<TensorHandle>, Error>) -> Result<Ret, XsError> {
     let perl = args.perl();
     let op = perl.string_arg(args.get(0), "op")?;
     let t = as_method(&format!("Lugh::Ops::{op}"), || f(&op))?;
