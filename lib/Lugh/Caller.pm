@@ -20,3 +20,16 @@ sub _at_caller {
 }
 
 1;
+
+__END__
+
+=head1 NAME
+
+Lugh::Caller - where Lugh's errors and warnings point (internal)
+
+=head1 DESCRIPTION
+
+Part of Lugh's implementation, with no public interface: see L<Lugh> and
+L<Lugh::ModelStore>.
+
+=cut

@@ -234,3 +234,16 @@ sub _python {
 }
 
 1;
+
+__END__
+
+=head1 NAME
+
+Lugh::ModelStore::Download - the downloads of Lugh::ModelStore (internal)
+
+=head1 DESCRIPTION
+
+Part of Lugh's implementation, with no public interface: see L<Lugh> and
+L<Lugh::ModelStore>.
+
+=cut

@@ -80,3 +80,16 @@ sub _reporter {
 }
 
 1;
+
+__END__
+
+=head1 NAME
+
+Lugh::ModelStore::Progress - the progress reports of Lugh::ModelStore (internal)
+
+=head1 DESCRIPTION
+
+Part of Lugh's implementation, with no public interface: see L<Lugh> and
+L<Lugh::ModelStore>.
+
+=cut

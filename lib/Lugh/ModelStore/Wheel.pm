@@ -109,3 +109,16 @@ sub _concatenate {
 }
 
 1;
+
+__END__
+
+=head1 NAME
+
+Lugh::ModelStore::Wheel - the assembling of Lugh::ModelStore's model files from wheels (internal)
+
+=head1 DESCRIPTION
+
+Part of Lugh's implementation, with no public interface: see L<Lugh> and
+L<Lugh::ModelStore>.
+
+=cut
