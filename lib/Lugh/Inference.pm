@@ -13,7 +13,6 @@ our $VERSION = '0.20';
 # The options of new(), sample() and generate() are declared once, in the
 # XS subs' tables (xs-rs/subs/inference.rs): new, sample, sample_top_p and
 # sample_top_k are XS subs themselves.
-my @STATS = qw(stop_reason text n_prompt n_reused n_evaluated prompt_seconds generate_seconds);
 
 # The forward family: for each spelling, the leading positional arguments it
 # takes, the named options it accepts, and what it needs.
@@ -72,13 +71,12 @@ sub _forward_any {
         Lugh::_croak("$method: give tokens or sequences, not both") if exists $opt{tokens};
         Lugh::_croak("$method: cache is for one sequence; give caches => [...] with sequences") if exists $opt{cache};
         Lugh::_croak("$method: missing sequences (an array of token arrays)") unless defined $opt{sequences};
-        return _forward_batch($self, $opt{sequences}, $opt{caches}, $opt{pool}, $opt{as_object}, $opt{rope}, $opt{lora});
+        return _forward_batch($self, %opt);
     }
     Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
         if exists $opt{caches};
     Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
-    return _forward($self, $opt{tokens}, $opt{cache}, $opt{pool}, $spec->{all} ? 1 : 0, $opt{as_object}, $opt{rope},
-        $opt{lora});
+    return _forward($self, %opt, all => $spec->{all} ? 1 : 0);
 }
 
 # The statistics of each object's last generate, by the object's address:
@@ -92,11 +90,9 @@ sub CLONE   { %LAST_STATS = () }
 
 sub generate {
     my $self = shift;
-    my ($ids, $stats, @report) = _generate($self, @_);
-    my $logprobs = pop @report;
-    my %last = (n_generated => scalar @$ids);
-    @last{@STATS} = @report;
-    $last{logprobs} = $self->_logprob_entries($logprobs) if defined $logprobs;
+    my ($ids, $stats, %last) = _generate($self, @_);
+    $last{n_generated} = @$ids;
+    $last{logprobs} = $self->_logprob_entries($last{logprobs}) if exists $last{logprobs};
     for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
         ['tokens_per_second', 'n_generated', 'generate_seconds'])
     {

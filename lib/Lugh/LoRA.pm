@@ -10,6 +10,10 @@ our $VERSION = '0.20';
 
 Lugh::_install_accessors(__PACKAGE__);
 
+# create's options and defaults are the table of xs-rs/subs/lora.rs;
+# context is accepted for the symmetry with Lugh::Model's methods, and unused.
+my %CREATE_VALID = map { $_ => undef } _create_options(), 'context';
+
 sub new {
     my ($class, @args) = @_;
     Lugh::_croak('Usage: Lugh::LoRA->new(adapter => $path, model => $model, scale => 1.0)') if @args % 2;
@@ -31,18 +35,19 @@ sub new {
 sub create {
     Lugh::_croak('Usage: Lugh::LoRA->create(model => $model, rank => 16, alpha => 32, targets => [...])') unless @_ % 2;
     my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::LoRA->create',
-        { model => undef, rank => 16, alpha => 32, scale => 1.0, targets => undef, seed => undef, context => undef },
-        @args);
+    my %opt = Lugh::_options('Lugh::LoRA->create', \%CREATE_VALID, @args);
+    my %given = @args;
     Lugh::_croak("Lugh::LoRA->create requires 'model' parameter (a Lugh::Model)") unless defined $opt{model};
     Lugh::_croak('Lugh::LoRA->create: rank must be an integer between 1 and 256, got '
         . (defined $opt{rank} ? $opt{rank} : 'undef'))
-        unless defined $opt{rank} && $opt{rank} =~ /\A[0-9]+\z/ && $opt{rank} >= 1 && $opt{rank} <= 256;
-    my $targets = $opt{targets};
-    $targets = [qw(attn_q attn_v)] unless defined $targets && (ref $targets ne 'ARRAY' || @$targets);
+        if exists $given{rank}
+        && !(defined $opt{rank} && $opt{rank} =~ /\A[0-9]+\z/ && $opt{rank} >= 1 && $opt{rank} <= 256);
+    # no targets, or an empty list: the table's default (attn_q, attn_v)
+    delete $opt{targets} if ref $opt{targets} eq 'ARRAY' && !@{ $opt{targets} };
     Lugh::_croak('Lugh::LoRA->create: targets must be an array reference of weight kinds (attn_q, ffn_up, ...)')
-        unless ref $targets eq 'ARRAY';
-    return _create($class, $opt{model}, $opt{rank}, $opt{alpha}, $opt{scale}, $targets, $opt{seed});
+        if defined $opt{targets} && ref $opt{targets} ne 'ARRAY';
+    delete $opt{context};
+    return _create($class, %opt);
 }
 
 sub save {

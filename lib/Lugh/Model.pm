@@ -6,6 +6,7 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
+require Lugh::ModelStore;
 
 our $VERSION = '0.20';
 
@@ -33,24 +34,27 @@ sub new {
 
 # Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows
 # file mappings).
+
+# create's options and their defaults are the table of
+# xs-rs/subs/model.rs; these other spellings (and architecture, which can
+# only be llama) are sugar read here.
+my %CREATE_ALIAS = (file => 'path', arch => 'architecture', vocab_size => 'n_vocab', hidden_size => 'n_embd',
+    num_layers => 'n_layer', num_heads => 'n_head', num_kv_heads => 'n_head_kv', intermediate_size => 'n_ff',
+    context_length => 'n_ctx');
+my %CREATE_VALID = map { $_ => undef } _create_options(), 'architecture', keys %CREATE_ALIAS;
+
 sub create {
     my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Model->create', {
-        path => undef, file => undef, architecture => 'llama', arch => undef,
-        n_vocab => 256, vocab_size => undef, n_embd => 64, hidden_size => undef, n_layer => 2, num_layers => undef,
-        n_head => 4, num_heads => undef, n_head_kv => 2, num_kv_heads => undef, n_ff => 128,
-        intermediate_size => undef, n_ctx => 128, context_length => undef, rope_freq_base => 10000,
-        norm_eps => 1e-5, seed => undef }, @args);
-    my %alias = (file => 'path', arch => 'architecture', vocab_size => 'n_vocab', hidden_size => 'n_embd',
-        num_layers => 'n_layer', num_heads => 'n_head', num_kv_heads => 'n_head_kv', intermediate_size => 'n_ff',
-        context_length => 'n_ctx');
-    for my $other (sort keys %alias) {
-        $opt{ $alias{$other} } = $opt{$other} if defined $opt{$other};
+    my %opt = Lugh::_options('Lugh::Model->create', \%CREATE_VALID, @args);
+    for my $other (sort keys %CREATE_ALIAS) {
+        $opt{ $CREATE_ALIAS{$other} } = delete $opt{$other} if defined $opt{$other};
+        delete $opt{$other};
     }
     Lugh::_croak("Lugh::Model->create requires 'path' parameter (where the .gguf file is written)")
         unless defined $opt{path} && length $opt{path};
-    Lugh::_croak("Lugh::Model->create makes llama models, not '$opt{architecture}'") unless $opt{architecture} eq 'llama';
-    return _create($class, @opt{qw(path n_vocab n_embd n_layer n_head n_head_kv n_ff n_ctx rope_freq_base norm_eps seed)});
+    my $architecture = delete $opt{architecture} // 'llama';
+    Lugh::_croak("Lugh::Model->create makes llama models, not '$architecture'") unless $architecture eq 'llama';
+    return _create($class, %opt);
 }
 
 sub get_trainable_weights {

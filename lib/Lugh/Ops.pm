@@ -52,13 +52,9 @@ sub concat {
     return _concat($ctx, $x, $y, $dim // 0);
 }
 
-sub rope {
-    my ($ctx, $x, $pos, $n_dims, @opts) = _args('rope', '$ctx, $a, $positions, $n_dims, %options', 4, undef, @_);
-    my %opt = Lugh::_options('Lugh::Ops::rope', { mode => 'norm', freq_base => 10000, freq_scale => 1 }, @opts);
-    Lugh::_croak("Lugh::Ops::rope: mode must be 'norm' or 'neox', got '$opt{mode}'")
-        unless defined $opt{mode} && $opt{mode} =~ /\A(?:norm|neox)\z/;
-    return _rope($ctx, $x, $pos, $n_dims, $opt{mode} eq 'neox' ? 1 : 0, $opt{freq_base}, $opt{freq_scale});
-}
+# rope's options (mode, freq_base, freq_scale) and their defaults are the
+# table of xs-rs/subs/ops.rs.
+sub rope { return _rope(_args('rope', '$ctx, $a, $positions, $n_dims, %options', 4, undef, @_)) }
 
 # mul_mat and get_rows are XS subs that take ($ctx, ...) directly; keep the
 # class-method form for them too.

@@ -15,20 +15,11 @@ use constant {
     ROPE_SCALING_LONGROPE => 3,
 };
 
-# What new() takes, and the value that means "the model's" (0) or
-# "computed" (ext_factor -1).
-my %DEFAULTS = (
-    scaling_type => 'none',
-    n_ctx_orig   => 0,
-    target_ctx   => 0,
-    freq_base    => 0,
-    freq_scale   => 0,
-    ext_factor   => -1,
-    attn_factor  => 1,
-    beta_fast    => 32,
-    beta_slow    => 1,
-);
-my @ORDER = qw(scaling_type n_ctx_orig target_ctx freq_base freq_scale ext_factor attn_factor beta_fast beta_slow);
+# What new() takes, in the order its messages list them; the defaults (0:
+# the model's, ext_factor -1: computed) are the table's, in
+# xs-rs/subs/rope.rs.
+my @NEW_OPTIONS = _new_options();
+my %IS_NEW_OPTION = map { $_ => 1 } @NEW_OPTIONS;
 
 Lugh::_install_accessors(__PACKAGE__);
 
@@ -38,11 +29,11 @@ sub new {
         if @args % 2;
     my %opt = @args;
     for my $key (sort keys %opt) {
-        Lugh::_croak("Lugh::RoPE->new: unknown option '$key' (valid options: " . join(', ', @ORDER) . ')')
-            unless exists $DEFAULTS{$key};
+        Lugh::_croak("Lugh::RoPE->new: unknown option '$key' (valid options: " . join(', ', @NEW_OPTIONS) . ')')
+            unless $IS_NEW_OPTION{$key};
         Lugh::_croak("Lugh::RoPE->new: $key is undefined") unless defined $opt{$key};
     }
-    return _new($class, map { $opt{$_} // $DEFAULTS{$_} } @ORDER);
+    return _new($class, %opt);
 }
 
 sub none { my ($class) = @_; return $class->new(scaling_type => 'none') }

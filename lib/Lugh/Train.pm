@@ -28,11 +28,15 @@ sub mse_loss {
     return _mse_loss($ctx, $Lugh::Autograd::GRAD_ENABLED, $predictions, $targets);
 }
 
+# forward's options and defaults are the table of xs-rs/subs/train.rs; the
+# session may be named inference or model, and the context context or ctx.
+# record is the grad mode, not an option.
+my %FORWARD_VALID = map { $_ => undef } grep { $_ ne 'record' } _forward_options(), qw(inference model ctx);
+
 sub forward {
     my (@args) = _class_args(@_);
-    my %opt = Lugh::_options('Lugh::Train->forward',
-        { inference => undef, model => undef, tokens => undef, lora => undef, context => undef, ctx => undef,
-          train_lora => 1, train_full => 0 }, @args);
+    my %opt = Lugh::_options('Lugh::Train->forward', \%FORWARD_VALID, @args);
+    my %given = @args;
     my $inference = defined $opt{inference} ? $opt{inference} : $opt{model};
     Lugh::_croak('Lugh::Train->forward requires inference => $inference (a Lugh::Inference)') unless defined $inference;
     Lugh::_croak('Lugh::Train->forward requires tokens => \@tokens') unless defined $opt{tokens};
@@ -41,8 +45,10 @@ sub forward {
     Lugh::_croak('Lugh::Train->forward requires lora => $adapter (made by Lugh::LoRA->create) or train_full => 1')
         unless defined $opt{lora} || $opt{train_full};
     my $ctx = defined $opt{context} ? $opt{context} : $opt{ctx};
-    return _forward($inference, $opt{tokens}, $opt{lora}, $ctx, $Lugh::Autograd::GRAD_ENABLED, $opt{train_lora},
-        $opt{train_full});
+    # a flag given as undef is false, as Perl reads it (not the default)
+    my @flags = map { $_ => ($given{$_} ? 1 : 0) } grep { exists $given{$_} } qw(train_lora train_full);
+    return _forward($inference, tokens => $opt{tokens}, lora => $opt{lora}, context => $ctx,
+        record => $Lugh::Autograd::GRAD_ENABLED, @flags);
 }
 
 sub register_weight_tensors {

@@ -15,7 +15,7 @@ pub use callback::call_callback_truth;
 pub use convert::{Item, Perl};
 pub use ffi::{Cv, Interp, Sv};
 pub use object::{free_object, new_object, object_arc, LIVE_OBJECTS};
-pub use options::{names, set, Given, Opt};
+pub use options::{names, option_names, set, Given, Opt};
 pub use xsub::{as_method, register, xsub, Args, Ret, XsError, XsResult};
 
 /// Declares a package's XSUBs and the table that registers them:

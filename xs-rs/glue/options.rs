@@ -4,8 +4,7 @@
 //! pairs through its tables, and the .pm asks for the names (to pass them
 //! on, or to list them), so adding an option is one row. Defaults are the
 //! `Default` of the options struct, in the engine.
-use super::Perl;
-use super::Sv;
+use super::{Args, Perl, Ret, Sv, XsResult};
 use crate::engine::Error;
 
 /// One option: its name, the other names it answers to, and how a (defined)
@@ -37,6 +36,14 @@ pub fn set<T>(slot: &mut T, value: Result<T, Error>) -> Result<(), Error> {
 /// The names of a table's options, for a list of valid names.
 pub fn names<T>(table: &[Opt<T>]) -> impl Iterator<Item = (&'static str, &'static [&'static str])> + '_ {
     table.iter().map(|opt| (opt.name, opt.aliases))
+}
+
+/// The XS sub `_option_names` of a method: its table's names, in the
+/// table's order, for the .pm to check or list.
+pub fn option_names<T>(args: &Args, table: &[Opt<T>]) -> XsResult {
+    args.expect(0, 1, "")?;
+    let perl = args.perl();
+    Ok(Ret::List(table.iter().map(|opt| perl.str(opt.name)).collect()))
 }
 
 /// The name => value pairs a caller gave, checked against the valid names.
@@ -72,6 +79,14 @@ impl Given {
             given.push((name, pair[1], key));
         }
         Ok(Given { pairs: given.into_iter().map(|(name, sv, _)| (name, sv)).collect() })
+    }
+
+    /// Reads `items` against `table` and stores each defined value in
+    /// `target`: a method with one table of options.
+    pub fn read_into<T>(perl: Perl, items: &[Sv], table: &[Opt<T>], target: &mut T) -> Result<Given, Error> {
+        let given = Given::read(perl, items, &names(table).collect::<Vec<_>>())?;
+        given.apply(perl, table, target)?;
+        Ok(given)
     }
 
     /// The value given for `name`, if defined (undef = the default).

@@ -1,6 +1,6 @@
 //! XS subs of Lugh::Autograd::Tensor and Lugh::Autograd::Ops (the grad
 //! mode and the `no_grad { }` blocks live in Lugh/Autograd.pm).
-use super::tensor::{context_arg, dims_from, new_tensor};
+use super::tensor::{constructor_args, context_arg, dims_from, new_tensor};
 use crate::engine::ggml::quant;
 use crate::engine::train::autograd::{apply, Op, Variable};
 use crate::engine::Error;
@@ -26,12 +26,8 @@ fn this(args: &Args) -> Result<Arc<Variable>, Error> {
 
 xs_subs! { "Lugh::Autograd::Tensor";
     fn _new(args) as "Lugh::Autograd::Tensor->new" {
-        if args.len() < 4 {
-            return Err(Error::Argument("give a context, a type and the dimensions".into()).into());
-        }
+        let (class, ctx) = constructor_args(args, 4, "give a context, a type and the dimensions")?;
         let perl = args.perl();
-        let class = perl.class_arg(args.get(0))?;
-        let ctx = context_arg(perl, args.get(1))?;
         let type_name = perl.string_arg(args.get(2), "type")?;
         let type_id = match type_name.to_ascii_lowercase().as_str() {
             name @ ("f32" | "f16" | "i32") => quant::from_name(name).map(i64::from).expect("ggml has these types"),

@@ -167,12 +167,28 @@ struct GenerateArgs {
     options: GenerateOptions,
 }
 
-/// The options of generate() besides [`SAMPLING_OPTIONS`] (defaults:
-/// [`GenerateOptions`]).
+/// The options of one call of generate(): its prompt, cache, callbacks and
+/// the hash to fill (Lugh::Chat passes on all the others).
+const GENERATE_CALL_OPTIONS: &[Opt<GenerateArgs>] = &[
+    Opt::new("prompt", |perl, sv, a| set(&mut a.prompt, perl.token_array_arg(sv, "prompt", a.n_vocab).map(Some))),
+    Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
+    Opt::new("on_text", |perl, sv, a| set(&mut a.on_text, perl.code_arg(sv, "on_text"))),
+    Opt::new("cache", |perl, sv, a| set(&mut a.cache, cache_arg(perl, sv))),
+    Opt::new("stats", |perl, sv, a| {
+        if perl.ref_kind(sv) != b'H' {
+            perl.check("stats")?;
+            return Err(Error::Argument("stats must be a hash reference to fill, like stats => \\my %stats".into()));
+        }
+        a.stats = Some(sv);
+        Ok(())
+    }),
+];
+
+/// The options of generate() that tune it, besides [`SAMPLING_OPTIONS`]
+/// (defaults: [`GenerateOptions`]).
 const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("rope", |perl, sv, a| set(&mut a.options.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("lora", |perl, sv, a| set(&mut a.options.overrides.adapters, lora_arg(perl, sv))),
-    Opt::new("prompt", |perl, sv, a| set(&mut a.prompt, perl.token_array_arg(sv, "prompt", a.n_vocab).map(Some))),
     Opt::new("max_tokens", |perl, sv, a| {
         set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
     }),
@@ -194,18 +210,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
             .collect::<Result<_, _>>()?;
         Ok(())
     }),
-    Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
-    Opt::new("on_text", |perl, sv, a| set(&mut a.on_text, perl.code_arg(sv, "on_text"))),
     Opt::new("progress", |perl, sv, a| set(&mut a.progress, perl.code_arg(sv, "progress"))),
-    Opt::new("cache", |perl, sv, a| set(&mut a.cache, cache_arg(perl, sv))),
-    Opt::new("stats", |perl, sv, a| {
-        if perl.ref_kind(sv) != b'H' {
-            perl.check("stats")?;
-            return Err(Error::Argument("stats must be a hash reference to fill, like stats => \\my %stats".into()));
-        }
-        a.stats = Some(sv);
-        Ok(())
-    }),
     Opt::new("logprobs", |perl, sv, a| {
         set(&mut a.options.logprobs, ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
@@ -256,11 +261,79 @@ const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
     Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
-/// A forward call's rope and lora arguments (each undef when not given).
-fn overrides_arg(perl: Perl, rope: Sv, lora: Sv) -> Result<Overrides, Error> {
-    let rope = optional(perl, rope, |sv| rope_arg(perl, sv).map(|c| c.request()))?;
-    let adapters = optional(perl, lora, |sv| lora_arg(perl, sv))?.unwrap_or_default();
-    Ok(Overrides { rope, adapters })
+/// What forward() and forward_batch() are given (the spellings of forward
+/// are sorted out in Lugh/Inference.pm).
+#[derive(Default)]
+struct ForwardArgs {
+    n_vocab: usize,
+    tokens: Option<Vec<i32>>,
+    sequences: Option<Vec<Vec<i32>>>,
+    cache: Option<Arc<CacheHandle>>,
+    caches: Option<Vec<Arc<CacheHandle>>>,
+    pool: Option<Arc<PoolHandle>>,
+    /// Logits for every position, not only the last (forward_all).
+    all: bool,
+    as_object: bool,
+    overrides: Overrides,
+}
+
+const FORWARD_POOL: Opt<ForwardArgs> = Opt::new("pool", |perl, sv, a| set(&mut a.pool, pool_arg(perl, sv)));
+const FORWARD_AS_OBJECT: Opt<ForwardArgs> = Opt::new("as_object", |perl, sv, a| {
+    a.as_object = perl.is_true(sv);
+    Ok(())
+});
+const FORWARD_ROPE: Opt<ForwardArgs> =
+    Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request()))));
+const FORWARD_LORA: Opt<ForwardArgs> =
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv)));
+
+/// The options of forward(), in the order they are read.
+const FORWARD_OPTIONS: &[Opt<ForwardArgs>] = &[
+    Opt::new("tokens", |perl, sv, a| set(&mut a.tokens, perl.token_array_arg(sv, "tokens", a.n_vocab).map(Some))),
+    Opt::new("cache", |perl, sv, a| set(&mut a.cache, cache_arg(perl, sv))),
+    FORWARD_POOL,
+    Opt::new("all", |perl, sv, a| {
+        a.all = perl.is_true(sv);
+        Ok(())
+    }),
+    FORWARD_AS_OBJECT,
+    FORWARD_ROPE,
+    FORWARD_LORA,
+];
+
+/// The options of forward_batch(), in the order they are read.
+const FORWARD_BATCH_OPTIONS: &[Opt<ForwardArgs>] = &[
+    Opt::new("sequences", |perl, sv, a| {
+        let sequences = perl
+            .array_arg(sv, "sequences")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, seq)| perl.token_array_arg(seq, &format!("sequence {i}"), a.n_vocab))
+            .collect::<Result<Vec<_>, _>>()?;
+        a.sequences = Some(sequences);
+        Ok(())
+    }),
+    Opt::new("caches", |perl, sv, a| {
+        let caches = perl
+            .array_arg(sv, "caches")?
+            .into_iter()
+            .map(|c| object_arc::<CacheHandle>(perl, c, CACHE_CLASS))
+            .collect::<Result<Vec<_>, _>>()?;
+        a.caches = Some(caches);
+        Ok(())
+    }),
+    FORWARD_POOL,
+    FORWARD_ROPE,
+    FORWARD_LORA,
+    FORWARD_AS_OBJECT,
+];
+
+/// The session and the options of a forward call (self, then name => value pairs).
+fn forward_args(args: &Args, table: &[Opt<ForwardArgs>]) -> Result<(Arc<Inference>, ForwardArgs), Error> {
+    let s = this(args)?;
+    let mut call = ForwardArgs { n_vocab: s.runner.n_vocab(), ..ForwardArgs::default() };
+    Given::read_into(args.perl(), &args.rest(1), table, &mut call)?;
+    Ok((s, call))
 }
 
 /// A text (tokenized as llama.cpp's tools do: the model's BOS/EOS added)
@@ -440,8 +513,16 @@ xs_subs! { "Lugh::Inference";
     fn _generate_options(args) {
         args.expect(0, 0, "")?;
         let perl = args.perl();
-        let all = names(GENERATE_OPTIONS).chain(names(SAMPLING_OPTIONS));
+        let all = names(GENERATE_CALL_OPTIONS).chain(names(GENERATE_OPTIONS)).chain(names(SAMPLING_OPTIONS));
         Ok(Ret::List(all.map(|(name, _)| perl.str(name)).collect()))
+    }
+
+    // The options a Lugh::Chat passes on to every generate of its turns.
+    fn _generate_tuning_options(args) {
+        args.expect(0, 0, "")?;
+        let perl = args.perl();
+        let tuning = names(GENERATE_OPTIONS).chain(names(SAMPLING_OPTIONS));
+        Ok(Ret::List(tuning.map(|(name, _)| perl.str(name)).collect()))
     }
 
     fn _weights_id(args) {
@@ -467,44 +548,24 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn _forward(args) as "Lugh::Inference->forward" {
-        args.expect(8, 8, "self, tokens, cache, pool, all, as_object, rope, lora")?;
-        let s = this(args)?;
+        let (s, call) = forward_args(args, FORWARD_OPTIONS)?;
         let perl = args.perl();
-        let tokens = perl.token_array_arg(args.get(1), "tokens", s.runner.n_vocab())?;
-        let cache = cache_arg(perl, args.get(2))?;
-        let pool = pool_arg(perl, args.get(3))?;
-        let output = if perl.is_true(args.get(4)) { Output::All } else { Output::Last };
-        let as_object = perl.is_true(args.get(5));
-        let ov = overrides_arg(perl, args.get(6), args.get(7))?;
-        let mut logits = s.forward(&tokens, cache.as_deref(), pool.as_deref(), output, &ov)?;
-        Ok(match (output, as_object) {
+        let tokens = call.tokens.ok_or_else(|| Error::Argument("missing tokens (an array of token ids)".into()))?;
+        let output = if call.all { Output::All } else { Output::Last };
+        let mut logits = s.forward(&tokens, call.cache.as_deref(), call.pool.as_deref(), output, &call.overrides)?;
+        Ok(match (output, call.as_object) {
             (Output::Last, false) => Ret::Floats(logits.pop().unwrap_or_default()),
             (Output::Last, true) => Ret::One(logits_object(perl, logits.pop().unwrap_or_default())),
-            (Output::All, _) => Ret::One(rows(perl, logits, as_object)),
+            (Output::All, _) => Ret::One(rows(perl, logits, call.as_object)),
         })
     }
 
     fn _forward_batch(args) as "Lugh::Inference->forward_batch" {
-        args.expect(7, 7, "self, sequences, caches, pool, as_object, rope, lora")?;
-        let s = this(args)?;
-        let perl = args.perl();
-        let n_vocab = s.runner.n_vocab();
-        let sequences = perl
-            .array_arg(args.get(1), "sequences")?
-            .into_iter()
-            .enumerate()
-            .map(|(i, seq)| perl.token_array_arg(seq, &format!("sequence {i}"), n_vocab))
-            .collect::<Result<Vec<_>, _>>()?;
-        let caches = optional(perl, args.get(2), |sv| {
-            perl.array_arg(sv, "caches")?
-                .into_iter()
-                .map(|c| object_arc::<CacheHandle>(perl, c, CACHE_CLASS))
-                .collect::<Result<Vec<_>, _>>()
-        })?;
-        let pool = pool_arg(perl, args.get(3))?;
-        let ov = overrides_arg(perl, args.get(5), args.get(6))?;
-        let logits = s.forward_batch(&sequences, caches.as_deref(), pool.as_deref(), &ov)?;
-        Ok(Ret::One(rows(perl, logits, perl.is_true(args.get(4)))))
+        let (s, call) = forward_args(args, FORWARD_BATCH_OPTIONS)?;
+        let sequences =
+            call.sequences.ok_or_else(|| Error::Argument("missing sequences (an array of token arrays)".into()))?;
+        let logits = s.forward_batch(&sequences, call.caches.as_deref(), call.pool.as_deref(), &call.overrides)?;
+        Ok(Ret::One(rows(args.perl(), logits, call.as_object)))
     }
 
     fn sample(args) as "Lugh::Inference->sample" {
@@ -538,8 +599,13 @@ xs_subs! { "Lugh::Inference";
             progress: None,
             options: GenerateOptions::default(),
         };
-        let valid = valid_names(&[names(GENERATE_OPTIONS).collect(), names(SAMPLING_OPTIONS).collect()]);
+        let valid = valid_names(&[
+            names(GENERATE_CALL_OPTIONS).collect(),
+            names(GENERATE_OPTIONS).collect(),
+            names(SAMPLING_OPTIONS).collect(),
+        ]);
         let given = Given::read(perl, &args.rest(if positional { 2 } else { 1 }), &valid)?;
+        given.apply(perl, GENERATE_CALL_OPTIONS, &mut call)?;
         given.apply(perl, GENERATE_OPTIONS, &mut call)?;
         given.apply(perl, SAMPLING_OPTIONS, &mut call.options.sampler)?;
         if positional {
@@ -580,22 +646,30 @@ xs_subs! { "Lugh::Inference";
         };
         let g = s.generate(&prompt, call.cache.as_deref(), &call.options, on_progress, on_token, on_end)?;
         let ids: Vec<i64> = g.tokens.iter().map(|&id| id as i64).collect();
-        let logprobs = match call.options.logprobs {
-            Some(_) => perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()),
-            None => perl.undef(),
-        };
-        Ok(Ret::List(vec![
+        // The ids, the hash to fill, then the statistics as name => value pairs.
+        let mut ret = vec![
             perl.int_array_ref(&ids),
             call.stats.unwrap_or_else(|| perl.undef()),
+            perl.str("stop_reason"),
             perl.str(g.stop_reason.name()),
+            perl.str("text"),
             perl.str(&g.text),
+            perl.str("n_prompt"),
             perl.int(g.n_prompt as i64),
+            perl.str("n_reused"),
             perl.int(g.n_reused as i64),
+            perl.str("n_evaluated"),
             perl.int(g.n_evaluated as i64),
+            perl.str("prompt_seconds"),
             perl.float(g.prompt_seconds),
+            perl.str("generate_seconds"),
             perl.float(g.generate_seconds),
-            logprobs,
-        ]))
+        ];
+        if call.options.logprobs.is_some() {
+            ret.push(perl.str("logprobs"));
+            ret.push(perl.array_ref(&g.logprobs.iter().map(|lp| logprob_entry(perl, lp)).collect::<Vec<_>>()));
+        }
+        Ok(Ret::List(ret))
     }
 
     fn embed(args) as "Lugh::Inference->embed" {

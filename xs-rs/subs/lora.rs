@@ -5,7 +5,9 @@ use crate::engine::forward::lora::{AdapterUses, LoraAdapter};
 use crate::engine::model::Model;
 use crate::engine::train::lora::{LoraSpec, TrainableAdapter, TrainablePair};
 use crate::engine::Error;
-use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
+use crate::glue::{
+    accessor_names, new_object, object_arc, option_names, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -70,6 +72,35 @@ pub fn lora_arg(perl: Perl, sv: Sv) -> Result<AdapterUses, Error> {
     Ok(vec![adapter_use(perl, sv, "lora")?])
 }
 
+/// What Lugh::LoRA->create is given (its defaults are set in `_create`).
+struct CreateArgs {
+    model: Option<Arc<Model>>,
+    rank: usize,
+    alpha: f32,
+    scale: f32,
+    targets: Vec<String>,
+    seed: Option<u64>,
+}
+
+/// The options of Lugh::LoRA->create.
+const CREATE_OPTIONS: &[Opt<CreateArgs>] = &[
+    Opt::new("model", |perl, sv, a: &mut CreateArgs| {
+        let model = object_arc::<Model>(perl, sv, "Lugh::Model")
+            .map_err(|_| Error::Argument(format!("model must be a Lugh::Model object, got {}", perl.describe(sv))));
+        set(&mut a.model, model.map(Some))
+    }),
+    Opt::new("rank", |perl, sv, a| set(&mut a.rank, perl.int_arg(sv, "rank").map(|v| usize::try_from(v).unwrap_or(0)))),
+    Opt::new("alpha", |perl, sv, a| set(&mut a.alpha, perl.number_arg(sv, "alpha").map(|v| v as f32))),
+    Opt::new("scale", |perl, sv, a| set(&mut a.scale, perl.number_arg(sv, "scale").map(|v| v as f32))),
+    Opt::new("targets", |perl, sv, a| {
+        let targets = perl.array_arg(sv, "targets").and_then(|list| {
+            list.into_iter().map(|t| perl.string_arg(t, "a LoRA target")).collect::<Result<Vec<_>, _>>()
+        });
+        set(&mut a.targets, targets)
+    }),
+    Opt::new("seed", |perl, sv, a| set(&mut a.seed, perl.int_arg(sv, "seed").map(|v| Some(v as u64)))),
+];
+
 xs_subs! { "Lugh::LoRA";
     fn _new(args) as "Lugh::LoRA->new" {
         args.expect(4, 4, "class, adapter, model, scale")?;
@@ -84,24 +115,31 @@ xs_subs! { "Lugh::LoRA";
     }
 
     fn _create(args) as "Lugh::LoRA->create" {
-        args.expect(7, 7, "class, model, rank, alpha, scale, targets, seed")?;
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")
-            .map_err(|_| Error::Argument(format!("model must be a Lugh::Model object, got {}", perl.describe(args.get(1)))))?;
-        let rank = perl.int_arg(args.get(2), "rank")?;
-        let alpha = perl.number_arg(args.get(3), "alpha")? as f32;
-        let scale = perl.number_arg(args.get(4), "scale")? as f32;
-        let targets = perl
-            .array_arg(args.get(5), "targets")?
-            .into_iter()
-            .map(|t| perl.string_arg(t, "a LoRA target"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let seed = if perl.is_defined(args.get(6)) { Some(perl.int_arg(args.get(6), "seed")? as u64) } else { None };
-        let rank = usize::try_from(rank).unwrap_or(0);
-        let spec = LoraSpec { rank, alpha, scale, targets: &targets, seed };
+        let mut create = CreateArgs {
+            model: None,
+            rank: 16,
+            alpha: 32.0,
+            scale: 1.0,
+            targets: vec!["attn_q".into(), "attn_v".into()],
+            seed: None,
+        };
+        Given::read_into(perl, &args.rest(1), CREATE_OPTIONS, &mut create)?;
+        let model = create.model.ok_or_else(|| Error::Argument("missing model (a Lugh::Model)".into()))?;
+        let spec = LoraSpec {
+            rank: create.rank,
+            alpha: create.alpha,
+            scale: create.scale,
+            targets: &create.targets,
+            seed: create.seed,
+        };
         let adapter = LoraAdapter::create(&model, &spec)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(adapter))))
+    }
+
+    fn _create_options(args) {
+        option_names(args, CREATE_OPTIONS)
     }
 
     fn get_weight_tensor(args) as "Lugh::LoRA->get_weight_tensor" {

@@ -5,7 +5,8 @@ use crate::engine::train::model_create::RandomModel;
 use crate::engine::train::pass::{save_model, trainable_weights};
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Item, Opt, Perl, Ret, Sv,
+    accessor_names, names, new_object, object_arc, option_names, read_accessor, set, Accessor, Args, Given, Item, Opt,
+    Perl, Ret, Sv,
 };
 use crate::xs_subs;
 use std::path::PathBuf;
@@ -68,6 +69,37 @@ fn open_args(args: &Args) -> Result<(String, OpenArgs), Error> {
     Ok((class, open))
 }
 
+/// What Lugh::Model->create is given: the file to write, and the shape of
+/// the random model (the defaults are `RandomModel`'s).
+struct CreateArgs {
+    path: Option<PathBuf>,
+    spec: RandomModel,
+}
+
+/// A dimension of the model to create.
+fn size_arg(perl: Perl, sv: Sv, what: &str) -> Result<usize, Error> {
+    let v = perl.int_arg(sv, what)?;
+    usize::try_from(v).map_err(|_| Error::Argument(format!("{what} must be between 1 and 1048576, got {v}")))
+}
+
+/// The options of Lugh::Model->create (the other spellings, vocab_size and
+/// so on, are Perl sugar in lib/Lugh/Model.pm).
+const CREATE_OPTIONS: &[Opt<CreateArgs>] = &[
+    Opt::new("path", |perl, sv, a: &mut CreateArgs| set(&mut a.path, perl.path_arg(sv, "path").map(Some))),
+    Opt::new("n_vocab", |perl, sv, a| set(&mut a.spec.n_vocab, size_arg(perl, sv, "n_vocab"))),
+    Opt::new("n_embd", |perl, sv, a| set(&mut a.spec.n_embd, size_arg(perl, sv, "n_embd"))),
+    Opt::new("n_layer", |perl, sv, a| set(&mut a.spec.n_layer, size_arg(perl, sv, "n_layer"))),
+    Opt::new("n_head", |perl, sv, a| set(&mut a.spec.n_head, size_arg(perl, sv, "n_head"))),
+    Opt::new("n_head_kv", |perl, sv, a| set(&mut a.spec.n_head_kv, size_arg(perl, sv, "n_head_kv"))),
+    Opt::new("n_ff", |perl, sv, a| set(&mut a.spec.n_ff, size_arg(perl, sv, "n_ff"))),
+    Opt::new("n_ctx", |perl, sv, a| set(&mut a.spec.n_ctx, size_arg(perl, sv, "n_ctx"))),
+    Opt::new("rope_freq_base", |perl, sv, a| {
+        set(&mut a.spec.rope_freq_base, perl.number_arg(sv, "rope_freq_base").map(|v| v as f32))
+    }),
+    Opt::new("norm_eps", |perl, sv, a| set(&mut a.spec.norm_eps, perl.number_arg(sv, "norm_eps").map(|v| v as f32))),
+    Opt::new("seed", |perl, sv, a| set(&mut a.spec.seed, perl.int_arg(sv, "seed").map(|v| Some(v as u64)))),
+];
+
 /// The hyperparameters and architecture facts: one accessor method each.
 const ACCESSORS: &[Accessor<Model>] = &[
     Accessor { name: "n_layer", read: |m, perl| Ok(opt_int(perl, m.n_layer())) },
@@ -124,29 +156,18 @@ xs_subs! { "Lugh::Model";
     }
 
     fn _create(args) as "Lugh::Model->create" {
-        args.expect(12, 12, "class, path, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, rope_freq_base, norm_eps, seed")?;
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let path = perl.path_arg(args.get(1), "path")?;
-        let size = |i: usize, what: &str| -> Result<usize, Error> {
-            let v = perl.int_arg(args.get(i), what)?;
-            usize::try_from(v).map_err(|_| Error::Argument(format!("{what} must be between 1 and 1048576, got {v}")))
-        };
-        let spec = RandomModel {
-            n_vocab: size(2, "n_vocab")?,
-            n_embd: size(3, "n_embd")?,
-            n_layer: size(4, "n_layer")?,
-            n_head: size(5, "n_head")?,
-            n_head_kv: size(6, "n_head_kv")?,
-            n_ff: size(7, "n_ff")?,
-            n_ctx: size(8, "n_ctx")?,
-            rope_freq_base: perl.number_arg(args.get(9), "rope_freq_base")? as f32,
-            norm_eps: perl.number_arg(args.get(10), "norm_eps")? as f32,
-            seed: if perl.is_defined(args.get(11)) { Some(perl.int_arg(args.get(11), "seed")? as u64) } else { None },
-        };
-        spec.write(&path)?;
+        let mut create = CreateArgs { path: None, spec: RandomModel::default() };
+        Given::read_into(perl, &args.rest(1), CREATE_OPTIONS, &mut create)?;
+        let path = create.path.ok_or_else(|| Error::Argument("missing path (where the .gguf file is written)".into()))?;
+        create.spec.write(&path)?;
         let model = Model::open_with(&path, true, false)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
+    }
+
+    fn _create_options(args) {
+        option_names(args, CREATE_OPTIONS)
     }
 
     fn _trainable_weights(args) as "Lugh::Model->get_trainable_weights" {

@@ -7,20 +7,31 @@ use super::tensor::{context_arg, new_tensor, tensor_arg};
 use crate::engine::tensor::ops::{self as tensor_ops, Binary, RopeOptions, Unary};
 use crate::engine::tensor::TensorHandle;
 use crate::engine::Error;
-use crate::glue::{as_method, Args, Ret};
+use crate::glue::{as_method, set, Args, Given, Opt, Ret, XsError};
 use crate::xs_subs;
 use std::sync::Arc;
 
 /// Runs the op named by the first argument, errors reported as Lugh::Ops::NAME.
-fn named_op(
-    args: &Args,
-    f: impl FnOnce(&str) -> Result<Arc<TensorHandle>, Error>,
-) -> Result<Ret, crate::glue::XsError> {
+fn named_op(args: &Args, f: impl FnOnce(&str) -> Result<Arc<TensorHandle>, Error>) -> Result<Ret, XsError> {
     let perl = args.perl();
     let op = perl.string_arg(args.get(0), "op")?;
     let t = as_method(&format!("Lugh::Ops::{op}"), || f(&op))?;
     Ok(Ret::One(new_tensor(perl, t)))
 }
+
+/// The options of rope() (n_dims is its fourth argument).
+const ROPE_OPTIONS: &[Opt<RopeOptions>] = &[
+    Opt::new("mode", |perl, sv, o: &mut RopeOptions| {
+        o.neox = match perl.string_arg(sv, "mode")?.as_str() {
+            "norm" => false,
+            "neox" => true,
+            other => return Err(Error::Argument(format!("mode must be 'norm' or 'neox', got '{other}'"))),
+        };
+        Ok(())
+    }),
+    Opt::new("freq_base", |perl, sv, o| set(&mut o.freq_base, perl.number_arg(sv, "freq_base"))),
+    Opt::new("freq_scale", |perl, sv, o| set(&mut o.freq_scale, perl.number_arg(sv, "freq_scale"))),
+];
 
 xs_subs! { "Lugh::Ops";
     fn _binary(args) as "Lugh::Ops::binary" {
@@ -130,17 +141,16 @@ xs_subs! { "Lugh::Ops";
     }
 
     fn _rope(args) as "Lugh::Ops::rope" {
-        args.expect(7, 7, "ctx, a, pos, n_dims, neox, freq_base, freq_scale")?;
+        if args.len() < 4 {
+            return Err(XsError::Message("Usage: Lugh::Ops::rope($ctx, $a, $positions, $n_dims, %options)".into()));
+        }
         let perl = args.perl();
+        let mut options = RopeOptions { n_dims: 0, neox: false, freq_base: 10000.0, freq_scale: 1.0 };
+        Given::read_into(perl, &args.rest(4), ROPE_OPTIONS, &mut options)?;
         let ctx = context_arg(perl, args.get(0))?;
         let a = tensor_arg(perl, args.get(1), "the input")?;
         let pos = tensor_arg(perl, args.get(2), "the positions")?;
-        let options = RopeOptions {
-            n_dims: perl.int_arg(args.get(3), "n_dims")?,
-            neox: perl.is_true(args.get(4)),
-            freq_base: perl.number_arg(args.get(5), "freq_base")?,
-            freq_scale: perl.number_arg(args.get(6), "freq_scale")?,
-        };
+        options.n_dims = perl.int_arg(args.get(3), "n_dims")?;
         Ok(Ret::One(new_tensor(perl, tensor_ops::rope(&ctx, &a, &pos, options)?)))
     }
 }

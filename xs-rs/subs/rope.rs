@@ -1,10 +1,12 @@
-//! XS subs of Lugh::RoPE: a RoPE scaling configuration (the constructors'
-//! defaults and presets are in Lugh/RoPE.pm).
+//! XS subs of Lugh::RoPE: a RoPE scaling configuration (the presets are in
+//! Lugh/RoPE.pm).
 use crate::engine::model::arch::{spec_for, HParams};
 use crate::engine::model::rope::{RopeConfig, ScalingType};
 use crate::engine::model::Model;
 use crate::engine::Error;
-use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Perl, Ret, Sv};
+use crate::glue::{
+    accessor_names, new_object, object_arc, option_names, read_accessor, set, Accessor, Given, Opt, Perl, Ret, Sv,
+};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -37,6 +39,44 @@ fn scaling_type_arg(perl: Perl, sv: Sv) -> Result<ScalingType, Error> {
         .ok_or_else(|| Error::Argument(format!("rope scaling_type '{text}' is not known ({})", valid())))
 }
 
+/// What new() makes when given nothing: 0 means "the model's" and an
+/// ext_factor of -1 "computed".
+const REQUESTED_DEFAULT: RopeConfig = RopeConfig {
+    scaling_type: ScalingType::None,
+    n_ctx_orig: 0,
+    target_ctx: 0,
+    freq_base: 0.0,
+    freq_scale: 0.0,
+    ext_factor: -1.0,
+    attn_factor: 1.0,
+    beta_fast: 32.0,
+    beta_slow: 1.0,
+};
+
+/// A context length of new() (0: the model's).
+fn context_arg(perl: Perl, sv: Sv, what: &str) -> Result<usize, Error> {
+    let v = perl.int_arg(sv, what)?;
+    usize::try_from(v).map_err(|_| Error::Argument(format!("rope {what} must be an integer >= 0, got {v}")))
+}
+
+/// A factor of new(), as the engine keeps it.
+fn factor_arg(perl: Perl, sv: Sv, what: &str) -> Result<f32, Error> {
+    perl.number_arg(sv, what).map(|v| v as f32)
+}
+
+/// The options of new(), in the order its messages list them.
+const NEW_OPTIONS: &[Opt<RopeConfig>] = &[
+    Opt::new("scaling_type", |perl, sv, c: &mut RopeConfig| set(&mut c.scaling_type, scaling_type_arg(perl, sv))),
+    Opt::new("n_ctx_orig", |perl, sv, c| set(&mut c.n_ctx_orig, context_arg(perl, sv, "n_ctx_orig"))),
+    Opt::new("target_ctx", |perl, sv, c| set(&mut c.target_ctx, context_arg(perl, sv, "target_ctx"))),
+    Opt::new("freq_base", |perl, sv, c| set(&mut c.freq_base, factor_arg(perl, sv, "freq_base"))),
+    Opt::new("freq_scale", |perl, sv, c| set(&mut c.freq_scale, factor_arg(perl, sv, "freq_scale"))),
+    Opt::new("ext_factor", |perl, sv, c| set(&mut c.ext_factor, factor_arg(perl, sv, "ext_factor"))),
+    Opt::new("attn_factor", |perl, sv, c| set(&mut c.attn_factor, factor_arg(perl, sv, "attn_factor"))),
+    Opt::new("beta_fast", |perl, sv, c| set(&mut c.beta_fast, factor_arg(perl, sv, "beta_fast"))),
+    Opt::new("beta_slow", |perl, sv, c| set(&mut c.beta_slow, factor_arg(perl, sv, "beta_slow"))),
+];
+
 /// A Lugh::RoPE object's configuration (for the rope => options).
 pub fn rope_arg(perl: Perl, sv: Sv) -> Result<Arc<RopeConfig>, Error> {
     if perl.ref_kind(sv) == 0 {
@@ -48,26 +88,16 @@ pub fn rope_arg(perl: Perl, sv: Sv) -> Result<Arc<RopeConfig>, Error> {
 
 xs_subs! { "Lugh::RoPE";
     fn _new(args) as "Lugh::RoPE->new" {
-        args.expect(10, 10, "class, scaling_type, n_ctx_orig, target_ctx, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow")?;
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let count = |i: usize, what: &str| -> Result<usize, Error> {
-            let v = perl.int_arg(args.get(i), what)?;
-            usize::try_from(v).map_err(|_| Error::Argument(format!("rope {what} must be an integer >= 0, got {v}")))
-        };
-        let number = |i: usize, what: &str| perl.number_arg(args.get(i), what).map(|v| v as f32);
-        let config = RopeConfig::new(RopeConfig {
-            scaling_type: scaling_type_arg(perl, args.get(1))?,
-            n_ctx_orig: count(2, "n_ctx_orig")?,
-            target_ctx: count(3, "target_ctx")?,
-            freq_base: number(4, "freq_base")?,
-            freq_scale: number(5, "freq_scale")?,
-            ext_factor: number(6, "ext_factor")?,
-            attn_factor: number(7, "attn_factor")?,
-            beta_fast: number(8, "beta_fast")?,
-            beta_slow: number(9, "beta_slow")?,
-        })?;
+        let mut requested = REQUESTED_DEFAULT;
+        Given::read_into(perl, &args.rest(1), NEW_OPTIONS, &mut requested)?;
+        let config = RopeConfig::new(requested)?;
         Ok(Ret::One(new_object(perl, &class, Arc::new(config))))
+    }
+
+    fn _new_options(args) {
+        option_names(args, NEW_OPTIONS)
     }
 
     fn _from_model(args) as "Lugh::RoPE->from_model" {

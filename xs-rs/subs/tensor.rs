@@ -35,6 +35,16 @@ pub fn dims_from(args: &Args, first: usize) -> Result<Vec<i64>, Error> {
     args.rest(first).into_iter().enumerate().map(|(i, sv)| perl.int_arg(sv, &format!("dimension {i}"))).collect()
 }
 
+/// The class and the context of a constructor's arguments (class, context,
+/// type, ...): at least `min` of them, else the error `missing`.
+pub fn constructor_args(args: &Args, min: usize, missing: &str) -> Result<(String, Arc<TensorContext>), Error> {
+    if args.len() < min {
+        return Err(Error::Argument(missing.into()));
+    }
+    let perl = args.perl();
+    Ok((perl.class_arg(args.get(0))?, context_arg(perl, args.get(1))?))
+}
+
 pub fn new_tensor(perl: Perl, t: Arc<TensorHandle>) -> Sv {
     new_object(perl, CLASS, t)
 }
@@ -45,12 +55,8 @@ fn this(args: &Args) -> Result<Arc<TensorHandle>, Error> {
 
 xs_subs! { "Lugh::Tensor";
     fn _new(args) as "Lugh::Tensor->new" {
-        if args.len() < 3 {
-            return Err(Error::Argument("give a context, a type and 1 to 4 dimensions".into()).into());
-        }
+        let (class, ctx) = constructor_args(args, 3, "give a context, a type and 1 to 4 dimensions")?;
         let perl = args.perl();
-        let class = perl.class_arg(args.get(0))?;
-        let ctx = context_arg(perl, args.get(1))?;
         let type_id = perl.int_arg(args.get(2), "type")?;
         let dims = dims_from(args, 3)?;
         let t = TensorHandle::new(&ctx, type_id, &dims)?;

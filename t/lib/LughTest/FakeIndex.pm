@@ -23,6 +23,28 @@ use IO::Socket::INET;
 use JSON::PP ();
 use POSIX ();
 
+# The store a test of models by name pulls into: skips the test without
+# curl; else an empty model directory in a new temporary directory, set as
+# LUGH_MODEL_DIR for the rest of the test (no user catalogue), and the tiny
+# model written there. Returns the directory, the model directory, and the
+# tiny model's path and bytes.
+sub model_store {
+    require File::Temp;
+    require Test::More;
+    require Lugh::ModelStore;
+    require LughTest::TinyModel;
+    Test::More::plan(skip_all => 'curl is needed (downloads go through it)')
+        unless Lugh::ModelStore::Download::_which('curl');
+    my $dir = File::Temp::tempdir(CLEANUP => 1);
+    my $models = "$dir/models";
+    make_path($models);
+    $ENV{LUGH_MODEL_DIR} = $models;
+    delete $ENV{LUGH_CATALOGUE};
+    my $tiny_path = LughTest::TinyModel::tiny_model($dir);
+    my $tiny = do { open my $fh, '<:raw', $tiny_path or die $!; local $/; <$fh> };
+    return ($dir, $models, $tiny_path, $tiny);
+}
+
 sub new {
     my ($class, $root) = @_;
     make_path("$root/files", "$root/pypi");
