@@ -14,7 +14,7 @@ use Test::More ();
 use Lugh::ModelStore ();
 
 our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
-    arch_models lora_adapters near in_child @TEST_MODELS @LORA_MODELS);
+    arch_models lora_adapters near in_child steps_keep_memory_flat @TEST_MODELS @LORA_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -160,6 +160,26 @@ sub read_jsonl {
 
 # $code must croak with a message matching $re, reported at a line of the
 # test file (perl's " at FILE line N." ending, nothing after it).
+# Runs the training step $step (which returns the loss) 100 times to warm
+# up, then 1,000 times more, and tests that the resident set grew less than
+# 4 MB over those 1,000 and that the loss went down. Returns nothing; skips
+# where /proc/self/statm is missing.
+sub steps_keep_memory_flat {
+    my ($step) = @_;
+    my $statm = '/proc/self/statm';
+    return Test::More::plan(skip_all => "no $statm") unless -r $statm;
+    my $rss = sub { open my $fh, '<', $statm or die "$statm: $!"; my @f = split ' ', <$fh>; return $f[1] * 4096 };
+    my $first = $step->();
+    $step->() for 2 .. 100;    # warm-up
+    my $before = $rss->();
+    my $last;
+    $last = $step->() for 1 .. 1000;
+    my $growth = $rss->() - $before;
+    Test::More::cmp_ok($growth, '<', 4 * 1024 * 1024, sprintf '1,000 steps: RSS grew %.2f MB', $growth / 1024 / 1024);
+    Test::More::cmp_ok($last, '<', $first, sprintf 'and the loss went down (%.4f -> %.4f)', $first, $last);
+    return;
+}
+
 sub croaks_like {
     my ($code, $re, $name) = @_;
     my $ok = eval { $code->(); 1 };
