@@ -12,24 +12,21 @@ our $VERSION = '0.20';
 
 # The options of new (model, alias file/path; use_mmap, alias mmap;
 # prefetch; download) are declared once, in xs-rs/subs/model.rs: _check_new
-# reads and checks them as _new would (croaking with the same messages)
-# before a catalogue name is resolved, so that a typo does not cost a
-# download. A value that is an existing path is opened as it is; one that
-# names a model of the catalogue (Lugh::ModelStore) is replaced by that
-# model's file, pulled first unless download => 0.
-my %IS_PATH_OPTION = map { $_ => 1 } qw(model file path);
-
+# reads and checks them, once, before a catalogue name is resolved, so that
+# a typo does not cost a download. A value that is an existing path is
+# opened as it is; one that names a model of the catalogue
+# (Lugh::ModelStore) is replaced by that model's file, pulled first unless
+# download => 0.
 sub new {
-    my $download = _check_new(@_);
-    # the model's pair: the last one given (a later pair wins, as in a hash)
-    my ($at) = grep { $IS_PATH_OPTION{ $_[$_] } } reverse map { 2 * $_ - 1 } 1 .. $#_ / 2;
-    my $value = $_[ $at + 1 ];
-    goto &_new if -e $value || !Lugh::ModelStore::_is_name($value);
-    my $path = eval { Lugh::ModelStore::_resolve_for_new($value, $download) };
-    Lugh::_croak('Lugh::Model->new: ' . Lugh::ModelStore::_message($@)) unless defined $path;
-    goto &_new unless length $path;    # not a catalogue name: a path that does not exist
-    # the arguments as given (aliased, not copied), the file in place of the name
-    return _new(@_[ 0 .. $at ], $path, @_[ $at + 2 .. $#_ ]);
+    my ($model, $use_mmap, $prefetch, $download) = _check_new(@_);
+    my $path = $model;
+    if (!-e $model && Lugh::ModelStore::_is_name($model)) {
+        $path = eval { Lugh::ModelStore::_resolve_for_new($model, $download) };
+        Lugh::_croak('Lugh::Model->new: ' . Lugh::ModelStore::_message($@)) unless defined $path;
+        $path = $model unless length $path;    # not a catalogue name: a path that does not exist
+    }
+    @_ = ($_[0], $path, $use_mmap, $prefetch);
+    goto &_open;
 }
 
 # Memory-mapped loading works wherever Lugh builds (POSIX mmap, Windows

@@ -53,20 +53,22 @@ const OPEN_OPTIONS: &[Opt<OpenArgs>] = &[
     Opt::new("download", |perl, sv, a| set(&mut a.download, perl.bool_arg(sv, "download"))),
 ];
 
-/// Reads and checks the arguments of Lugh::Model->new (class, options).
-fn open_args(args: &Args) -> Result<(String, OpenArgs), Error> {
+/// Reads and checks the options of Lugh::Model->new (after the class):
+/// the model's value as given (a path, or a catalogue name that
+/// lib/Lugh/Model.pm resolves) and the rest.
+fn open_args(args: &Args) -> Result<(Sv, OpenArgs), Error> {
     let perl = args.perl();
-    let class = perl.class_arg(args.get(0))?;
+    perl.class_arg(args.get(0))?;
     let given = Given::read(perl, &args.rest(1), &names(OPEN_OPTIONS).collect::<Vec<_>>())?;
     let mut open = OpenArgs { path: None, use_mmap: true, prefetch: false, download: true };
     given.apply(perl, OPEN_OPTIONS, &mut open)?;
-    if open.path.is_none() {
+    let Some(model) = given.get(perl, "model").filter(|_| open.path.is_some()) else {
         return Err(Error::Argument("missing model => $path (the GGUF file to load)".into()));
-    }
+    };
     if open.prefetch && !open.use_mmap {
         return Err(Error::Argument("prefetch reads the mapping in ahead, so it needs use_mmap => 1".into()));
     }
-    Ok((class, open))
+    Ok((model, open))
 }
 
 /// What Lugh::Model->create is given: the file to write, and the shape of
@@ -148,11 +150,15 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
 xs_subs! { "Lugh::Model";
     // Lugh::Model->new (lib/Lugh/Model.pm) checks its arguments with
     // _check_new, resolves a catalogue name to its file, then opens with _new.
-    fn _new(args) as "Lugh::Model->new" {
-        let (class, open) = open_args(args)?;
-        let path = open.path.unwrap_or_default();
-        let model = Model::open_with(&path, open.use_mmap, open.prefetch)?;
-        Ok(Ret::One(new_object(args.perl(), &class, Arc::new(model))))
+    // Opens the file that _check_new's checked options name (resolved from
+    // a catalogue name by lib/Lugh/Model.pm): class, path, use_mmap, prefetch.
+    fn _open(args) as "Lugh::Model->new" {
+        args.expect(4, 4, "class, path, use_mmap, prefetch")?;
+        let perl = args.perl();
+        let class = perl.class_arg(args.get(0))?;
+        let path = path_arg(perl, args.get(1))?;
+        let model = Model::open_with(&path, perl.bool_arg(args.get(2), "use_mmap")?, perl.bool_arg(args.get(3), "prefetch")?)?;
+        Ok(Ret::One(new_object(perl, &class, Arc::new(model))))
     }
 
     fn _create(args) as "Lugh::Model->create" {
@@ -194,9 +200,12 @@ xs_subs! { "Lugh::Model";
         Ok(Ret::One(perl.bool(true)))
     }
 
+    // The options of new, read and checked once: the model's value as given,
+    // use_mmap, prefetch, download.
     fn _check_new(args) as "Lugh::Model->new" {
-        let (_, open) = open_args(args)?;
-        Ok(Ret::One(args.perl().bool(open.download)))
+        let (model, open) = open_args(args)?;
+        let perl = args.perl();
+        Ok(Ret::List(vec![model, perl.bool(open.use_mmap), perl.bool(open.prefetch), perl.bool(open.download)]))
     }
 
     fn _accessor_names(args) {
