@@ -139,7 +139,7 @@ my @bad = (
     [sub { $tok->decoder->add(5, 49999) }, qr/^Lugh::Tokenizer::Decoder->add: token id 49999 at position 1 is out of range/, 'decoder: out of range'],
     [sub { $tok->decoder(foo => 1) }, qr/unknown option 'foo' \(valid options: special\)/, 'decoder: unknown option'],
     [sub { Lugh::Tokenizer::encode('Lugh::Tokenizer', 'x') }, qr/Usage|not a Lugh::Tokenizer/, 'encode as a class method'],
-    [sub { Lugh::Tokenizer::_encode(bless({}, 'Lugh::Tokenizer'), 'x', 0, 0, 0, 0) }, qr/not a Lugh::Tokenizer object/, 'a hand-blessed hash is not a tokenizer'],
+    [sub { Lugh::Tokenizer::_encode(bless({}, 'Lugh::Tokenizer'), 'x') }, qr/not a Lugh::Tokenizer object/, 'a hand-blessed hash is not a tokenizer'],
 );
 for my $case (@bad) {
     my ($code, $re, $name) = @$case;

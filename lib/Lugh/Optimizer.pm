@@ -32,18 +32,6 @@ for my $name (qw(momentum weight_decay nesterov beta1 beta2 eps)) {
     };
 }
 
-# The options both optimizers take: the parameters to add, and lr's old name.
-sub _new_with {
-    my ($class, $method, $defaults, $make, @args) = @_;
-    my %opt = Lugh::_options($method, { %$defaults, learning_rate => undef, params => [] }, @args);
-    $opt{lr} = $opt{learning_rate} if defined $opt{learning_rate};
-    Lugh::_croak("$method: params must be an array reference of Lugh::Autograd::Tensor")
-        unless ref $opt{params} eq 'ARRAY';
-    my $self = $make->(\%opt);
-    $self->add_param($_) for @{ $opt{params} };
-    return $self;
-}
-
 sub CLONE_SKIP { 1 }
 
 package Lugh::Optimizer::SGD;
@@ -53,9 +41,7 @@ our $VERSION = '0.20';
 
 sub new {
     my ($class, @args) = @_;
-    return Lugh::Optimizer::_new_with($class, 'Lugh::Optimizer::SGD->new',
-        { lr => 0.001, momentum => 0, weight_decay => 0, nesterov => 0 },
-        sub { my ($o) = @_; Lugh::Optimizer::_new_sgd($class, @$o{qw(lr momentum weight_decay nesterov)}) }, @args);
+    return Lugh::Optimizer::_new_sgd($class, @args);
 }
 
 package Lugh::Optimizer::AdamW;
@@ -65,12 +51,7 @@ our $VERSION = '0.20';
 
 sub new {
     my ($class, @args) = @_;
-    my @pairs = @args;
-    # epsilon is Lugh 0.12's other name for eps
-    for (my $i = 0; $i < $#pairs; $i += 2) { $pairs[$i] = 'eps' if $pairs[$i] eq 'epsilon' }
-    return Lugh::Optimizer::_new_with($class, 'Lugh::Optimizer::AdamW->new',
-        { lr => 0.001, beta1 => 0.9, beta2 => 0.999, eps => 1e-8, weight_decay => 0.01 },
-        sub { my ($o) = @_; Lugh::Optimizer::_new_adamw($class, @$o{qw(lr beta1 beta2 eps weight_decay)}) }, @pairs);
+    return Lugh::Optimizer::_new_adamw($class, @args);
 }
 
 package Lugh::Optimizer::LRScheduler;

@@ -10,7 +10,6 @@ require Lugh;
 our $VERSION = '0.20';
 
 my %NEW_DEFAULTS    = (model => undef);
-my %ENCODE_DEFAULTS = (add_bos => undef, add_special => 1, parse_special => 0, bytes => 0);
 my %DECODE_DEFAULTS = (special => 0, bytes => 0);
 my %PIECE_DEFAULTS  = (special => 0);
 my %DECODER_DEFAULTS = (special => 0);
@@ -22,13 +21,12 @@ sub new {
     return _new($class, $opt{model});
 }
 
+# encode's options (add_bos, add_special, parse_special, bytes) and their
+# defaults are the table of xs-rs/subs/tokenizer.rs.
 sub encode {
-    my ($self, $text, @args) = @_;
+    my ($self) = @_;
     Lugh::_croak('Usage: $tokenizer->encode($text, %options)') unless ref $self;
-    my %opt = Lugh::_options('Lugh::Tokenizer->encode', \%ENCODE_DEFAULTS, @args);
-    my $add_bos = defined $opt{add_bos} ? $opt{add_bos} : $opt{add_special} && $self->add_bos;
-    my $add_eos = $opt{add_special} && $self->add_eos;
-    return _encode($self, $text, $add_bos ? 1 : 0, $add_eos ? 1 : 0, $opt{parse_special} ? 1 : 0, $opt{bytes} ? 1 : 0);
+    return _encode(@_);
 }
 
 sub decode {

@@ -4,7 +4,9 @@ use crate::engine::model::tokenizer::utf8::{lossy, StreamDecoder};
 use crate::engine::model::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
 use crate::engine::model::Model;
 use crate::engine::Error;
-use crate::glue::{accessor_names, new_object, object_arc, read_accessor, Accessor, Args, Perl, Ret, Sv};
+use crate::glue::{
+    accessor_names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+};
 use crate::xs_subs;
 use std::sync::{Arc, Mutex};
 
@@ -81,6 +83,23 @@ fn decoder(args: &Args) -> Result<Arc<Decoder>, Error> {
     object_arc::<Decoder>(args.perl(), args.get(0), DECODER_CLASS)
 }
 
+/// The options of encode: add_bos (default: the model's, when add_special),
+/// add_special (the model's BOS and EOS; default on), parse_special, bytes
+/// (the text is bytes, not characters). Any true value turns one on.
+struct EncodeArgs {
+    add_bos: Option<bool>,
+    add_special: bool,
+    parse_special: bool,
+    bytes: bool,
+}
+
+const ENCODE_OPTIONS: &[Opt<EncodeArgs>] = &[
+    Opt::new("add_bos", |perl, sv, a: &mut EncodeArgs| set(&mut a.add_bos, Ok(Some(perl.is_true(sv))))),
+    Opt::new("add_special", |perl, sv, a| set(&mut a.add_special, Ok(perl.is_true(sv)))),
+    Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, Ok(perl.is_true(sv)))),
+    Opt::new("bytes", |perl, sv, a| set(&mut a.bytes, Ok(perl.is_true(sv)))),
+];
+
 xs_subs! { "Lugh::Tokenizer";
     fn _new(args) as "Lugh::Tokenizer->new" {
         args.expect(2, 2, "class, model")?;
@@ -91,14 +110,16 @@ xs_subs! { "Lugh::Tokenizer";
         Ok(Ret::One(new_object(perl, &class, vocab)))
     }
 
+    // self, text, then name => value options (ENCODE_OPTIONS)
     fn _encode(args) as "Lugh::Tokenizer->encode" {
-        args.expect(6, 6, "self, text, add_bos, add_eos, parse_special, bytes")?;
         let vocab = this(args)?;
         let perl = args.perl();
+        let mut given = EncodeArgs { add_bos: None, add_special: true, parse_special: false, bytes: false };
+        Given::read_into(perl, &args.rest(2), ENCODE_OPTIONS, &mut given)?;
         let options = EncodeOptions {
-            add_bos: perl.is_true(args.get(2)),
-            add_eos: perl.is_true(args.get(3)),
-            parse_special: perl.is_true(args.get(4)),
+            add_bos: given.add_bos.unwrap_or(given.add_special && vocab.add_bos_default()),
+            add_eos: given.add_special && vocab.add_eos_default(),
+            parse_special: given.parse_special,
         };
         if options.add_bos && vocab.bos_id().is_none() {
             return Err(Error::Argument("add_bos: this vocabulary has no BOS token".into()).into());
@@ -106,7 +127,7 @@ xs_subs! { "Lugh::Tokenizer";
         if options.add_eos && vocab.eos_id().is_none() {
             return Err(Error::Argument("add_special: this vocabulary has no EOS token to add".into()).into());
         }
-        let text = if perl.is_true(args.get(5)) {
+        let text = if given.bytes {
             perl.byte_string_arg(args.get(1), "text")?
         } else {
             perl.utf8_text_arg(args.get(1), "text")?
