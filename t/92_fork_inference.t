@@ -2,6 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
+use LughTest qw(in_forked_child);
 use LughTestInference qw(smollm2 argmax);
 
 # A session keeps its CPU worker threads between forward passes; a forked
@@ -14,16 +15,12 @@ my @l = $inference->forward(\@prompt);
 my @ids = $inference->generate(\@prompt, max_tokens => 4, greedy => 1);
 
 for my $round (1, 2) {
-    my $pid = fork;
-    BAIL_OUT("fork failed: $!") unless defined $pid;
-    if (!$pid) {
-        alarm 60;
+    my $status = in_forked_child(sub {
         my @child = $inference->forward(\@prompt);
         my @gen   = $inference->generate(\@prompt, max_tokens => 4, greedy => 1);
-        exit(argmax(\@child) == argmax(\@l) && "@gen" eq "@ids" ? 0 : 1);
-    }
-    waitpid $pid, 0;
-    is($?, 0, "round $round: a forked child runs the parent's session and gets the same tokens");
+        return argmax(\@child) == argmax(\@l) && "@gen" eq "@ids";
+    });
+    is($status, 0, "round $round: a forked child runs the parent's session and gets the same tokens");
 }
 
 my @again = $inference->forward(\@prompt);

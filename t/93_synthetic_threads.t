@@ -8,6 +8,7 @@ use Config;
 use Test::More;
 use File::Temp qw(tempdir);
 use lib 't/lib';
+use LughTest qw(in_forked_child);
 use LughTest::TinyModel qw(tiny_model);
 use Lugh;
 
@@ -62,17 +63,12 @@ ok(same([ $inference->forward(\@prompt, rope => $rope) ], \@scaled), '... and a 
 my $two = Lugh::Inference->new(model => $model, n_threads => 2, n_ctx => 64);
 ok(same([ $two->forward(\@prompt) ], \@logits), 'two threads: the same logits');
 for my $round (1, 2) {
-    my $pid = fork;
-    BAIL_OUT("fork failed: $!") unless defined $pid;
-    if (!$pid) {
-        alarm 60;
+    my $status = in_forked_child(sub {
         my @child = $two->forward(\@prompt);
         my @gen = $two->generate(\@prompt, max_tokens => 2, greedy => 1, eos_token => $two->n_vocab - 1);
-        require POSIX;
-        POSIX::_exit(same(\@child, \@logits) && "@gen" eq "@ids[0, 1]" ? 0 : 1);
-    }
-    waitpid $pid, 0;
-    is($?, 0, "round $round: a forked child runs the parent's session and gets the same tokens");
+        return same(\@child, \@logits) && "@gen" eq "@ids[0, 1]";
+    });
+    is($status, 0, "round $round: a forked child runs the parent's session and gets the same tokens");
 }
 ok(same([ $two->forward(\@prompt) ], \@logits), 'the parent still runs after its children');
 undef $_ for $cache, $pool, $inference, $two, $tok, $model;

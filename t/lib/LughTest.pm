@@ -14,7 +14,7 @@ use Test::More ();
 use Lugh::ModelStore ();
 
 our @EXPORT_OK = qw(model_dir model_path require_model reference_dir read_jsonl croaks_like gguf_python
-    arch_models lora_adapters near in_child steps_keep_memory_flat @TEST_MODELS @LORA_MODELS);
+    arch_models lora_adapters near in_child in_forked_child steps_keep_memory_flat @TEST_MODELS @LORA_MODELS);
 
 # The models with inference tests and reference outputs, smallest first.
 our @TEST_MODELS = qw(smollm2-135m-q4_1 qwen2.5-coder-0.5b-q4_k_m gemma3-270m-q4_k_m);
@@ -212,6 +212,22 @@ sub near {
 
 # Runs perl code in a child process (for what might abort the process): its
 # exit status and output.
+# Forks; the child (under a 60-second alarm, so a hang fails) runs $check
+# and exits at once (no END blocks, no destructors) with 0 if it returned
+# true. Returns the child's exit status, as $? gives it.
+sub in_forked_child {
+    my ($check) = @_;
+    my $pid = fork;
+    Test::More::BAIL_OUT("fork failed: $!") unless defined $pid;
+    if (!$pid) {
+        alarm 60;
+        require POSIX;
+        POSIX::_exit($check->() ? 0 : 1);
+    }
+    waitpid $pid, 0;
+    return $?;
+}
+
 sub in_child {
     my ($code) = @_;
     my $pid = open my $out, '-|';
