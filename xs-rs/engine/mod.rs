@@ -15,6 +15,7 @@ pub mod ggml_ops;
 pub mod ggml_runtime;
 pub mod ggml_sys;
 pub mod gguf;
+pub mod gguf_value;
 pub mod gguf_writer;
 pub mod graph;
 pub mod graph_inputs;
