@@ -46,6 +46,7 @@ pub mod text_stream;
 pub mod tokenizer;
 pub mod train;
 pub mod validate;
+pub mod weight_table;
 pub mod weights;
 pub mod xxhash;
 
