@@ -230,8 +230,6 @@ impl Need {
     }
 }
 
-use Need::{Optional, Required, Skip};
-
 /// The weights read so far in one scope (the model's, or one layer's):
 /// role and suffix to the loader's index of the weight.
 #[derive(Default)]
@@ -329,6 +327,7 @@ const fn row(
 }
 
 use Dim::*;
+use Need::{Optional, Required, Skip};
 use Scope::{AllLayers, Input, Layer};
 use Suffix::{Bias, Weight};
 use TensorKind as K;
