@@ -222,6 +222,19 @@ const GEMMA3: ArchSpec = ArchSpec {
     ..LLAMA
 };
 
+/// GPT-2, which StarCoder2 changes: LayerNorm, learned positions, biased
+/// projections, an ungated GELU FFN.
+const GPT2: ArchSpec = ArchSpec {
+    name: "gpt2",
+    rope: Rope::None,
+    norm: Norm::Layer,
+    dense_biases: true,
+    act: Activation::Gelu,
+    experts: Experts::None,
+    rope_factors: RopeFactors::None,
+    ..LLAMA
+};
+
 /// The table of supported architectures.
 pub const ARCHITECTURES: &[ArchSpec] = &[
     LLAMA,
@@ -292,16 +305,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..GEMMA3
     },
     ArchSpec { name: "granite", granite_scales: true, ..LLAMA },
-    ArchSpec {
-        name: "gpt2",
-        rope: Rope::None,
-        norm: Norm::Layer,
-        dense_biases: true,
-        act: Activation::Gelu,
-        experts: Experts::None,
-        rope_factors: RopeFactors::None,
-        ..LLAMA
-    },
+    GPT2,
     ArchSpec {
         name: "falcon",
         rope: Rope::Neox,
@@ -325,16 +329,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         output: OutputWeight::Own,
         ..LLAMA
     },
-    ArchSpec {
-        name: "starcoder2",
-        rope: Rope::Neox,
-        norm: Norm::Layer,
-        dense_biases: true,
-        act: Activation::Gelu,
-        experts: Experts::None,
-        rope_factors: RopeFactors::None,
-        ..LLAMA
-    },
+    ArchSpec { name: "starcoder2", rope: Rope::Neox, ..GPT2 },
     ArchSpec {
         name: "olmo2",
         rope: Rope::Neox,
@@ -424,128 +419,55 @@ impl HParams {
     }
 
     pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
-        let arch = spec.name;
-        let missing = |key: &str| Error::Corrupt {
-            path: model.path().clone(),
-            what: format!("the key {arch}.{key} is missing or not a number (architecture {arch})"),
-        };
-        let positive = |v: Option<i64>, key: &str| -> Result<usize> {
-            match v {
-                Some(n) if n > 0 => Ok(n as usize),
-                _ => Err(missing(key)),
-            }
-        };
-        let int = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_i64());
-        let float = |key: &str| model.gguf.arch_value(key).and_then(|v| v.as_f64());
-        let n_embd = positive(model.n_embd(), "embedding_length")?;
-        let n_layer = positive(model.n_layer(), "block_count")?;
-        let n_head = positive(model.n_head(), "attention.head_count")?;
-        let n_head_kv = positive(model.n_head_kv(), "attention.head_count_kv")?;
-        let n_ff = positive(model.n_ff(), "feed_forward_length")?;
-        let n_vocab = positive(model.n_vocab(), "vocab_size")?;
-        let n_ctx_train = positive(model.n_ctx_train(), "context_length")?;
-        let key_length = int("attention.key_length");
-        let value_length = int("attention.value_length");
-        // Without explicit head sizes a head is n_embd / n_head wide.
-        if (n_embd % n_head != 0 && (key_length.is_none() || value_length.is_none())) || n_head % n_head_kv != 0 {
-            return Err(Error::Corrupt {
-                path: model.path().clone(),
-                what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
-            });
-        }
-        let head_dim_k = key_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
-        let head_dim_v = value_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
-        let n_rot = int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
+        let keys = ArchKeys { model, arch: spec.name };
+        let n_embd = keys.positive(model.n_embd(), "embedding_length")?;
+        let n_layer = keys.positive(model.n_layer(), "block_count")?;
+        let n_head = keys.positive(model.n_head(), "attention.head_count")?;
+        let n_head_kv = keys.positive(model.n_head_kv(), "attention.head_count_kv")?;
+        let n_ff = keys.positive(model.n_ff(), "feed_forward_length")?;
+        let n_vocab = keys.positive(model.n_vocab(), "vocab_size")?;
+        let n_ctx_train = keys.positive(model.n_ctx_train(), "context_length")?;
+        let (head_dim_k, head_dim_v) = keys.head_dims(n_embd, n_head, n_head_kv)?;
         // n_rot's range is validate.rs's (it names the rule)
+        let n_rot = keys.int("rope.dimension_count").map(|v| v as usize).unwrap_or(head_dim_k);
         if head_dim_k == 0 || head_dim_v == 0 {
-            return Err(missing("attention.key_length"));
+            return Err(keys.missing("attention.key_length"));
         }
         let eps_key = match spec.norm {
             Norm::Rms => "attention.layer_norm_rms_epsilon",
             Norm::Layer => "attention.layer_norm_epsilon",
         };
-        let norm_eps = float(eps_key).ok_or_else(|| missing(eps_key))? as f32;
+        let norm_eps = keys.float(eps_key).ok_or_else(|| keys.missing(eps_key))? as f32;
         let rope_freq_base = model.rope_freq_base().unwrap_or(10000.0) as f32;
-        // llama.cpp's default type is linear: a scaling factor without a type
-        // scales.
-        let scaling = model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("linear");
-        let rope_scaling = ScalingType::from_name(scaling).ok_or_else(|| Error::Invalid {
-            path: model.path().clone(),
-            what: format!(
-                "rope scaling type '{scaling}' is not known (architecture {arch}; known: {})",
-                ScalingType::NAMES.join(", ")
-            ),
-        })?;
-        let factor = float("rope.scaling.factor").or_else(|| float("rope.scale_linear")).filter(|&f| f != 0.0);
-        let rope_freq_scale = factor.map_or(1.0, |f| (1.0 / f) as f32);
-        let rope_attn_factor = float("rope.scaling.attn_factor").unwrap_or(1.0) as f32;
-        let n_ctx_orig_yarn = int("rope.scaling.original_context_length")
+        let (rope_scaling, rope_freq_scale) = keys.rope_scaling()?;
+        let rope_attn_factor = keys.float("rope.scaling.attn_factor").unwrap_or(1.0) as f32;
+        let n_ctx_orig_yarn = keys
+            .int("rope.scaling.original_context_length")
             .filter(|&n| n > 0)
             .map_or(n_ctx_train, |n| n.min(u32::MAX as i64) as usize);
         let n_swa = match spec.swa_pattern {
-            Some(_) => match int("attention.sliding_window") {
+            Some(_) => match keys.int("attention.sliding_window") {
                 Some(w) => w.clamp(0, u32::MAX as i64) as u32,
                 None => spec.swa_default_window,
             },
             None => 0,
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);
-        let swa_base = |default: f32| float("rope.freq_base_swa").map_or(default, |v| v as f32);
+        let swa_base = |default: f32| keys.float("rope.freq_base_swa").map_or(default, |v| v as f32);
         let (rope_freq_base_swa, rope_freq_scale_swa) = match spec.swa_rope {
             SwaRope::Base(base) => (swa_base(base), 1.0),
             SwaRope::Global => (swa_base(rope_freq_base), rope_freq_scale),
             // llama.cpp's OLMo 3 graph: the session's base, unscaled
             SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
         };
-        // llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
-        // 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
-        let attention_scale = if spec.scale_q && spec.wide_query_scale_at == Some(n_layer) {
-            1.0 / ((n_embd / n_head) as f32).sqrt()
-        } else if spec.scale_q {
-            1.0 / (head_dim_k as f32).sqrt()
-        } else {
-            float("attention.scale").map(|v| v as f32).filter(|&s| s != 0.0).unwrap_or(1.0 / (head_dim_k as f32).sqrt())
-        };
-        let final_logit_softcap = float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
-        let attn_softcap = if spec.attn_softcap { float("attn_logit_softcapping").unwrap_or(50.0) as f32 } else { 0.0 };
-        let (mut embedding_scale, mut residual_scale, mut logit_scale) = (0.0, 0.0, 1.0);
-        if spec.granite_scales {
-            embedding_scale = float("embedding_scale").unwrap_or(0.0) as f32;
-            residual_scale = float("residual_scale").unwrap_or(0.0) as f32;
-            logit_scale = float("logit_scale").ok_or_else(|| missing("logit_scale"))? as f32;
-            // rope.scaling.finetuned = false turns RoPE off in llama.cpp's Granite
-            if model.gguf.arch_value("rope.scaling.finetuned").and_then(|v| v.as_bool()) == Some(false) {
-                return Err(Error::Invalid {
-                    path: model.path().clone(),
-                    what: format!("{arch}.rope.scaling.finetuned is false (no RoPE), which Lugh does not support"),
-                });
-            }
-        }
-        let count = |key: &str| int(key).filter(|&n| n > 0).map_or(0, |n| n.min(u32::MAX as i64) as usize);
-        let (n_expert, n_expert_used) = match spec.experts {
-            Experts::None => (0, 0),
-            _ => (count("expert_count"), count("expert_used_count")),
-        };
-        let (mut n_ff_exp, mut n_ff_shexp) = (0, 0);
-        match spec.experts {
-            Experts::None => {}
-            Experts::WhenCounted => n_ff_exp = n_ff,
-            Experts::Always { shared, .. } => {
-                if n_expert == 0 || n_expert_used == 0 {
-                    return Err(missing(if n_expert == 0 { "expert_count" } else { "expert_used_count" }));
-                }
-                n_ff_exp = match count("expert_feed_forward_length") {
-                    0 => n_ff / n_expert_used,
-                    n => n,
-                };
-                if shared {
-                    n_ff_shexp = match count("expert_shared_feed_forward_length") {
-                        0 => n_ff,
-                        n => n,
-                    };
-                }
-            }
-        }
+        let attention_scale = keys.attention_scale(spec, n_layer, n_embd / n_head, head_dim_k);
+        let final_logit_softcap =
+            keys.float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
+        let attn_softcap =
+            if spec.attn_softcap { keys.float("attn_logit_softcapping").unwrap_or(50.0) as f32 } else { 0.0 };
+        let (embedding_scale, residual_scale, logit_scale) =
+            if spec.granite_scales { keys.granite_scales()? } else { (0.0, 0.0, 1.0) };
+        let (n_expert, n_expert_used, n_ff_exp, n_ff_shexp) = keys.experts(spec.experts, n_ff)?;
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -578,6 +500,136 @@ impl HParams {
             n_ff_exp,
             n_ff_shexp,
         })
+    }
+}
+
+/// The architecture-prefixed keys of a model's header (`llama.block_count`).
+struct ArchKeys<'a> {
+    model: &'a Model,
+    arch: &'static str,
+}
+
+impl ArchKeys<'_> {
+    fn missing(&self, key: &str) -> Error {
+        let arch = self.arch;
+        Error::Corrupt {
+            path: self.model.path().clone(),
+            what: format!("the key {arch}.{key} is missing or not a number (architecture {arch})"),
+        }
+    }
+
+    fn positive(&self, v: Option<i64>, key: &str) -> Result<usize> {
+        match v {
+            Some(n) if n > 0 => Ok(n as usize),
+            _ => Err(self.missing(key)),
+        }
+    }
+
+    fn int(&self, key: &str) -> Option<i64> {
+        self.model.gguf.arch_value(key).and_then(|v| v.as_i64())
+    }
+
+    fn float(&self, key: &str) -> Option<f64> {
+        self.model.gguf.arch_value(key).and_then(|v| v.as_f64())
+    }
+
+    /// A count: 0 when absent or not above 0.
+    fn count(&self, key: &str) -> usize {
+        self.int(key).filter(|&n| n > 0).map_or(0, |n| n.min(u32::MAX as i64) as usize)
+    }
+
+    /// The widths of a K head and a V head.
+    fn head_dims(&self, n_embd: usize, n_head: usize, n_head_kv: usize) -> Result<(usize, usize)> {
+        let key_length = self.int("attention.key_length");
+        let value_length = self.int("attention.value_length");
+        // Without explicit head sizes a head is n_embd / n_head wide.
+        if (n_embd % n_head != 0 && (key_length.is_none() || value_length.is_none())) || n_head % n_head_kv != 0 {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!("{n_head} heads / {n_head_kv} KV heads do not divide n_embd {n_embd}"),
+            });
+        }
+        let head_dim_k = key_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
+        let head_dim_v = value_length.map(|v| v as usize).unwrap_or(n_embd / n_head);
+        Ok((head_dim_k, head_dim_v))
+    }
+
+    /// The scaling type the model was trained with and its frequency scale.
+    fn rope_scaling(&self) -> Result<(ScalingType, f32)> {
+        // llama.cpp's default type is linear: a scaling factor without a type
+        // scales.
+        let scaling = self.model.gguf.arch_value("rope.scaling.type").and_then(|v| v.as_str()).unwrap_or("linear");
+        let rope_scaling = ScalingType::from_name(scaling).ok_or_else(|| Error::Invalid {
+            path: self.model.path().clone(),
+            what: format!(
+                "rope scaling type '{scaling}' is not known (architecture {}; known: {})",
+                self.arch,
+                ScalingType::NAMES.join(", ")
+            ),
+        })?;
+        let factor =
+            self.float("rope.scaling.factor").or_else(|| self.float("rope.scale_linear")).filter(|&f| f != 0.0);
+        Ok((rope_scaling, factor.map_or(1.0, |f| (1.0 / f) as f32)))
+    }
+
+    /// llama.cpp: 1/sqrt(head_dim), except Gemma's 27B models which use
+    /// 1/sqrt(n_embd / n_head) (query_pre_attn_scalar).
+    fn attention_scale(&self, spec: &ArchSpec, n_layer: usize, embd_per_head: usize, head_dim_k: usize) -> f32 {
+        if spec.scale_q && spec.wide_query_scale_at == Some(n_layer) {
+            1.0 / (embd_per_head as f32).sqrt()
+        } else if spec.scale_q {
+            1.0 / (head_dim_k as f32).sqrt()
+        } else {
+            self.float("attention.scale")
+                .map(|v| v as f32)
+                .filter(|&s| s != 0.0)
+                .unwrap_or(1.0 / (head_dim_k as f32).sqrt())
+        }
+    }
+
+    /// Granite's embedding, residual and logit multipliers.
+    fn granite_scales(&self) -> Result<(f32, f32, f32)> {
+        let embedding_scale = self.float("embedding_scale").unwrap_or(0.0) as f32;
+        let residual_scale = self.float("residual_scale").unwrap_or(0.0) as f32;
+        let logit_scale = self.float("logit_scale").ok_or_else(|| self.missing("logit_scale"))? as f32;
+        // rope.scaling.finetuned = false turns RoPE off in llama.cpp's Granite
+        if self.model.gguf.arch_value("rope.scaling.finetuned").and_then(|v| v.as_bool()) == Some(false) {
+            return Err(Error::Invalid {
+                path: self.model.path().clone(),
+                what: format!("{}.rope.scaling.finetuned is false (no RoPE), which Lugh does not support", self.arch),
+            });
+        }
+        Ok((embedding_scale, residual_scale, logit_scale))
+    }
+
+    /// The experts per layer, how many each token uses, the width of each
+    /// and of the shared expert.
+    fn experts(&self, experts: Experts, n_ff: usize) -> Result<(usize, usize, usize, usize)> {
+        let (n_expert, n_expert_used) = match experts {
+            Experts::None => (0, 0),
+            _ => (self.count("expert_count"), self.count("expert_used_count")),
+        };
+        let (mut n_ff_exp, mut n_ff_shexp) = (0, 0);
+        match experts {
+            Experts::None => {}
+            Experts::WhenCounted => n_ff_exp = n_ff,
+            Experts::Always { shared, .. } => {
+                if n_expert == 0 || n_expert_used == 0 {
+                    return Err(self.missing(if n_expert == 0 { "expert_count" } else { "expert_used_count" }));
+                }
+                n_ff_exp = match self.count("expert_feed_forward_length") {
+                    0 => n_ff / n_expert_used,
+                    n => n,
+                };
+                if shared {
+                    n_ff_shexp = match self.count("expert_shared_feed_forward_length") {
+                        0 => n_ff,
+                        n => n,
+                    };
+                }
+            }
+        }
+        Ok((n_expert, n_expert_used, n_ff_exp, n_ff_shexp))
     }
 }
 

@@ -3,6 +3,7 @@
 //! before trusting it, so a truncated or corrupt file gives an error naming
 //! what is wrong, never a crash or a huge allocation.
 use crate::engine::ggml::sys;
+pub use crate::engine::model::gguf_value::{Array, Value, ValueType};
 use crate::engine::{Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -35,242 +36,6 @@ fn alloc_cost(n: u64) -> u64 {
 const KV_COST: u64 = (std::mem::size_of::<(String, Value)>() + 2 * (std::mem::size_of::<(String, usize)>() + 1)) as u64;
 /// One tensor descriptor: its Vec slot and index entry, before the name and shape.
 const TENSOR_COST: u64 = (std::mem::size_of::<TensorInfo>() + 2 * (std::mem::size_of::<(String, usize)>() + 1)) as u64;
-
-/// GGUF value type ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ValueType {
-    U8 = 0,
-    I8 = 1,
-    U16 = 2,
-    I16 = 3,
-    U32 = 4,
-    I32 = 5,
-    F32 = 6,
-    Bool = 7,
-    Str = 8,
-    Array = 9,
-    U64 = 10,
-    I64 = 11,
-    F64 = 12,
-}
-
-impl ValueType {
-    fn from_id(id: u32) -> Option<Self> {
-        use ValueType::*;
-        Some(match id {
-            0 => U8,
-            1 => I8,
-            2 => U16,
-            3 => I16,
-            4 => U32,
-            5 => I32,
-            6 => F32,
-            7 => Bool,
-            8 => Str,
-            9 => Array,
-            10 => U64,
-            11 => I64,
-            12 => F64,
-            _ => return None,
-        })
-    }
-
-    /// Bytes of one scalar of this type (strings: at least their length field).
-    fn min_size(self) -> u64 {
-        use ValueType::*;
-        match self {
-            U8 | I8 | Bool => 1,
-            U16 | I16 => 2,
-            U32 | I32 | F32 => 4,
-            U64 | I64 | F64 | Str => 8,
-            Array => 12,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        use ValueType::*;
-        match self {
-            U8 => "uint8",
-            I8 => "int8",
-            U16 => "uint16",
-            I16 => "int16",
-            U32 => "uint32",
-            I32 => "int32",
-            F32 => "float32",
-            Bool => "bool",
-            Str => "string",
-            Array => "array",
-            U64 => "uint64",
-            I64 => "int64",
-            F64 => "float64",
-        }
-    }
-}
-
-/// One metadata value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    Array(Array),
-    U64(u64),
-    I64(i64),
-    F64(f64),
-}
-
-/// A typed array: one vector per element type, so a 262,144-entry token
-/// list is one allocation of strings, not a vector of enums.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Array {
-    U8(Vec<u8>),
-    I8(Vec<i8>),
-    U16(Vec<u16>),
-    I16(Vec<i16>),
-    U32(Vec<u32>),
-    I32(Vec<i32>),
-    F32(Vec<f32>),
-    Bool(Vec<bool>),
-    Str(Vec<String>),
-    /// An array of arrays.
-    Nested(Vec<Array>),
-    U64(Vec<u64>),
-    I64(Vec<i64>),
-    F64(Vec<f64>),
-}
-
-impl Array {
-    pub fn len(&self) -> usize {
-        match self {
-            Array::U8(v) => v.len(),
-            Array::I8(v) => v.len(),
-            Array::U16(v) => v.len(),
-            Array::I16(v) => v.len(),
-            Array::U32(v) => v.len(),
-            Array::I32(v) => v.len(),
-            Array::F32(v) => v.len(),
-            Array::Bool(v) => v.len(),
-            Array::Str(v) => v.len(),
-            Array::Nested(v) => v.len(),
-            Array::U64(v) => v.len(),
-            Array::I64(v) => v.len(),
-            Array::F64(v) => v.len(),
-        }
-    }
-
-    /// Element `i` as an integer, for integer arrays.
-    pub fn int_at(&self, i: usize) -> Option<i64> {
-        Some(match self {
-            Array::U8(v) => *v.get(i)? as i64,
-            Array::I8(v) => *v.get(i)? as i64,
-            Array::U16(v) => *v.get(i)? as i64,
-            Array::I16(v) => *v.get(i)? as i64,
-            Array::U32(v) => *v.get(i)? as i64,
-            Array::I32(v) => *v.get(i)? as i64,
-            Array::U64(v) => *v.get(i)? as i64,
-            Array::I64(v) => *v.get(i)?,
-            _ => return None,
-        })
-    }
-
-    /// The whole array as floats, for numeric arrays.
-    pub fn to_f32_vec(&self) -> Option<Vec<f32>> {
-        Some(match self {
-            Array::F32(v) => v.clone(),
-            Array::F64(v) => v.iter().map(|&x| x as f32).collect(),
-            _ => (0..self.len()).map(|i| self.int_at(i).map(|x| x as f32)).collect::<Option<Vec<_>>>()?,
-        })
-    }
-
-    pub fn element_type(&self) -> ValueType {
-        match self {
-            Array::U8(_) => ValueType::U8,
-            Array::I8(_) => ValueType::I8,
-            Array::U16(_) => ValueType::U16,
-            Array::I16(_) => ValueType::I16,
-            Array::U32(_) => ValueType::U32,
-            Array::I32(_) => ValueType::I32,
-            Array::F32(_) => ValueType::F32,
-            Array::Bool(_) => ValueType::Bool,
-            Array::Str(_) => ValueType::Str,
-            Array::Nested(_) => ValueType::Array,
-            Array::U64(_) => ValueType::U64,
-            Array::I64(_) => ValueType::I64,
-            Array::F64(_) => ValueType::F64,
-        }
-    }
-}
-
-impl Value {
-    pub fn value_type(&self) -> ValueType {
-        match self {
-            Value::U8(_) => ValueType::U8,
-            Value::I8(_) => ValueType::I8,
-            Value::U16(_) => ValueType::U16,
-            Value::I16(_) => ValueType::I16,
-            Value::U32(_) => ValueType::U32,
-            Value::I32(_) => ValueType::I32,
-            Value::F32(_) => ValueType::F32,
-            Value::Bool(_) => ValueType::Bool,
-            Value::Str(_) => ValueType::Str,
-            Value::Array(_) => ValueType::Array,
-            Value::U64(_) => ValueType::U64,
-            Value::I64(_) => ValueType::I64,
-            Value::F64(_) => ValueType::F64,
-        }
-    }
-
-    /// Any integer type as i64 (u64 above i64::MAX is None).
-    pub fn as_i64(&self) -> Option<i64> {
-        Some(match *self {
-            Value::U8(v) => v as i64,
-            Value::I8(v) => v as i64,
-            Value::U16(v) => v as i64,
-            Value::I16(v) => v as i64,
-            Value::U32(v) => v as i64,
-            Value::I32(v) => v as i64,
-            Value::U64(v) => i64::try_from(v).ok()?,
-            Value::I64(v) => v,
-            _ => return None,
-        })
-    }
-
-    /// Any numeric type as f64.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Value::F32(v) => Some(v as f64),
-            Value::F64(v) => Some(v),
-            _ => self.as_i64().map(|v| v as f64),
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_bool(&self) -> Option<bool> {
-        match *self {
-            Value::Bool(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    pub fn as_array(&self) -> Option<&Array> {
-        match self {
-            Value::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-}
 
 /// One tensor's descriptor.
 #[derive(Clone, Debug)]
@@ -367,91 +132,21 @@ impl Gguf {
         r.charge(n_kv.saturating_mul(KV_COST), "the key/value list")?;
         r.charge(n_tensors.saturating_mul(TENSOR_COST), "the tensor list")?;
 
-        let mut kv = Vec::with_capacity(n_kv as usize);
-        let mut kv_index = HashMap::with_capacity(n_kv as usize);
-        for i in 0..n_kv {
-            let key = r.name(&format!("the name of key/value #{i}"))?;
-            if key.is_empty() {
-                return Err(r.corrupt(format!("key/value #{i} has an empty name")));
-            }
-            // the key is held twice: in the list and in the index
-            r.charge(2 * alloc_cost(key.len() as u64), &format!("key '{key}'"))?;
-            let type_id = r.u32(&format!("the type of key '{key}'"))?;
-            let vtype = ValueType::from_id(type_id)
-                .ok_or_else(|| r.corrupt(format!("key '{key}' has unknown value type {type_id}")))?;
-            let value = r.value(vtype, &key, 0)?;
-            if kv_index.insert(key.clone(), kv.len()).is_some() {
-                return Err(r.corrupt(format!("key '{key}' appears twice")));
-            }
-            kv.push((key, value));
-        }
-
+        let (kv, kv_index) = r.key_values(n_kv)?;
         let alignment = match kv_index.get("general.alignment").map(|&i| &kv[i].1) {
             None => DEFAULT_ALIGNMENT,
             Some(Value::U32(a)) if *a > 0 && a.is_power_of_two() => *a as u64,
             Some(v) => return Err(r.corrupt(format!("general.alignment is {v:?}, not a power of two (uint32)"))),
         };
-
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
-        for i in 0..n_tensors {
-            let t = r.tensor_info(i)?;
-            if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
-                return Err(r.corrupt(format!("tensor '{}' appears twice", t.name)));
-            }
-            tensors.push(t);
-        }
+        let (tensors, tensor_index) = r.tensor_infos(n_tensors)?;
 
         let data_offset = r.pos.div_ceil(alignment) * alignment;
         if n_tensors > 0 && data_offset > file_size {
             return Err(r.truncated("the padding before the tensor data".into()));
         }
         let data_size = file_size.saturating_sub(data_offset);
-        for t in &tensors {
-            if t.offset % alignment != 0 {
-                return Err(r.corrupt(format!(
-                    "tensor '{}' has offset {} which is not a multiple of the alignment {alignment}",
-                    t.name, t.offset
-                )));
-            }
-            let end = t
-                .offset
-                .checked_add(t.size)
-                .ok_or_else(|| r.corrupt(format!("tensor '{}' has offset {} out of range", t.name, t.offset)))?;
-            if end > data_size {
-                return Err(r.truncated(format!(
-                    "the data of tensor '{}' (bytes {}..{} of the data section, which has {data_size})",
-                    t.name, t.offset, end
-                )));
-            }
-        }
-        // Writers lay tensors out back to back, each padded to the alignment,
-        // and end the file there. Checking that layout catches almost any
-        // damage to the tensor list (a changed count, shape, type or offset).
-        let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
-        by_offset.sort_by_key(|t| t.offset);
-        let mut expected = 0u64;
-        for t in &by_offset {
-            if t.offset < expected {
-                return Err(r.corrupt(format!("the data of tensor '{}' overlaps the tensor before it", t.name)));
-            }
-            if t.offset - expected >= alignment {
-                return Err(r.corrupt(format!(
-                    "{} unexplained bytes before the data of tensor '{}'",
-                    t.offset - expected,
-                    t.name
-                )));
-            }
-            expected = (t.offset + t.size).div_ceil(alignment) * alignment;
-        }
-        let end = by_offset.last().map_or(0, |t| t.offset + t.size);
-        if data_size > end && data_size - end >= alignment {
-            return Err(r.corrupt(format!(
-                "{} unexplained bytes after the last tensor's data (the tensor list does not describe the file)",
-                data_size - end
-            )));
-        }
-
+        r.check_tensor_bounds(&tensors, data_size, alignment)?;
+        r.check_tensor_layout(&tensors, data_size, alignment)?;
         Ok(Gguf {
             path: path.to_path_buf(),
             version,
@@ -510,6 +205,9 @@ impl Gguf {
         self.get(&format!("{}.{suffix}", self.architecture()?))
     }
 }
+
+/// Entries in file order, and the position of each by its name.
+type Indexed<T> = (Vec<T>, HashMap<String, usize>);
 
 /// A position-tracking reader that knows how many bytes the file has left.
 struct Reader<'a, R: Read> {
@@ -698,6 +396,97 @@ impl<R: Read> Reader<'_, R> {
                 Array::Nested(v)
             }
         })
+    }
+
+    /// The `n_kv` key/values, in file order and indexed by key.
+    fn key_values(&mut self, n_kv: u64) -> Result<Indexed<(String, Value)>> {
+        let mut kv = Vec::with_capacity(n_kv as usize);
+        let mut kv_index = HashMap::with_capacity(n_kv as usize);
+        for i in 0..n_kv {
+            let key = self.name(&format!("the name of key/value #{i}"))?;
+            if key.is_empty() {
+                return Err(self.corrupt(format!("key/value #{i} has an empty name")));
+            }
+            // the key is held twice: in the list and in the index
+            self.charge(2 * alloc_cost(key.len() as u64), &format!("key '{key}'"))?;
+            let type_id = self.u32(&format!("the type of key '{key}'"))?;
+            let vtype = ValueType::from_id(type_id)
+                .ok_or_else(|| self.corrupt(format!("key '{key}' has unknown value type {type_id}")))?;
+            let value = self.value(vtype, &key, 0)?;
+            if kv_index.insert(key.clone(), kv.len()).is_some() {
+                return Err(self.corrupt(format!("key '{key}' appears twice")));
+            }
+            kv.push((key, value));
+        }
+        Ok((kv, kv_index))
+    }
+
+    /// The `n_tensors` tensor descriptors, in file order and indexed by name.
+    fn tensor_infos(&mut self, n_tensors: u64) -> Result<Indexed<TensorInfo>> {
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        for i in 0..n_tensors {
+            let t = self.tensor_info(i)?;
+            if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
+                return Err(self.corrupt(format!("tensor '{}' appears twice", t.name)));
+            }
+            tensors.push(t);
+        }
+        Ok((tensors, tensor_index))
+    }
+
+    /// Fails unless each tensor's data is aligned and inside the data section
+    /// of `data_size` bytes.
+    fn check_tensor_bounds(&self, tensors: &[TensorInfo], data_size: u64, alignment: u64) -> Result<()> {
+        for t in tensors {
+            if t.offset % alignment != 0 {
+                return Err(self.corrupt(format!(
+                    "tensor '{}' has offset {} which is not a multiple of the alignment {alignment}",
+                    t.name, t.offset
+                )));
+            }
+            let end = t
+                .offset
+                .checked_add(t.size)
+                .ok_or_else(|| self.corrupt(format!("tensor '{}' has offset {} out of range", t.name, t.offset)))?;
+            if end > data_size {
+                return Err(self.truncated(format!(
+                    "the data of tensor '{}' (bytes {}..{} of the data section, which has {data_size})",
+                    t.name, t.offset, end
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writers lay tensors out back to back, each padded to the alignment,
+    /// and end the file there. Checking that layout catches almost any
+    /// damage to the tensor list (a changed count, shape, type or offset).
+    fn check_tensor_layout(&self, tensors: &[TensorInfo], data_size: u64, alignment: u64) -> Result<()> {
+        let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
+        by_offset.sort_by_key(|t| t.offset);
+        let mut expected = 0u64;
+        for t in &by_offset {
+            if t.offset < expected {
+                return Err(self.corrupt(format!("the data of tensor '{}' overlaps the tensor before it", t.name)));
+            }
+            if t.offset - expected >= alignment {
+                return Err(self.corrupt(format!(
+                    "{} unexplained bytes before the data of tensor '{}'",
+                    t.offset - expected,
+                    t.name
+                )));
+            }
+            expected = (t.offset + t.size).div_ceil(alignment) * alignment;
+        }
+        let end = by_offset.last().map_or(0, |t| t.offset + t.size);
+        if data_size > end && data_size - end >= alignment {
+            return Err(self.corrupt(format!(
+                "{} unexplained bytes after the last tensor's data (the tensor list does not describe the file)",
+                data_size - end
+            )));
+        }
+        Ok(())
     }
 
     fn tensor_info(&mut self, i: u64) -> Result<TensorInfo> {

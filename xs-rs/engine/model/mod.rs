@@ -5,12 +5,14 @@
 //! only `ggml`.
 pub mod arch;
 pub mod gguf;
+pub mod gguf_value;
 pub mod gguf_writer;
 mod loaded;
 pub mod rope;
 pub mod safetensors;
 pub mod tokenizer;
 pub mod validate;
+pub mod weight_table;
 pub mod weights;
 
 pub use loaded::Model;

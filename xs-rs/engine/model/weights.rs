@@ -1,134 +1,23 @@
-//! The model's weights on a backend, in their GGUF types: the tensor-name
-//! table, the per-layer weight structs the graph builder reads, and the
-//! loader that places each weight in the buffer type llama.cpp would pick
-//! (the CPU's repacking "extra" types for matmul weights they support, else
-//! the plain CPU buffer mapped over the file without a copy).
+//! The model's weights on a backend, in their GGUF types: the per-layer
+//! weight structs the graph builder reads, and the loader that walks the
+//! weight table (weight_table.rs) and places each weight in the buffer type
+//! llama.cpp would pick (the CPU's repacking "extra" types for matmul
+//! weights they support, else the plain CPU buffer mapped over the file
+//! without a copy).
 use crate::engine::ggml::ops::{Ctx, RopeParams, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use crate::engine::ggml::placement::{Part, Placement};
 use crate::engine::ggml::runtime::{self as rt, Buffer, BufferType};
 use crate::engine::ggml::sys;
-use crate::engine::model::arch::{
-    Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors,
-};
+use crate::engine::model::arch::{ArchSpec, HParams};
 use crate::engine::model::gguf::TensorInfo;
-use crate::engine::model::rope::ScalingType;
 use crate::engine::model::validate::{self, Role};
+use crate::engine::model::weight_table::{
+    Conditions, Found, Need, Scope, Suffix, TensorKind, WeightOp, WeightRow, WEIGHTS,
+};
 use crate::engine::model::Model;
 use crate::engine::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// The weight tensors by role; `name(il)` gives the GGUF name without suffix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TensorKind {
-    TokenEmbd,
-    PosEmbd,
-    OutputNorm,
-    Output,
-    AttnNorm,
-    AttnNorm2,
-    AttnQ,
-    AttnK,
-    AttnV,
-    AttnQkv,
-    AttnOut,
-    AttnQNorm,
-    AttnKNorm,
-    AttnPostNorm,
-    FfnNorm,
-    FfnGate,
-    FfnUp,
-    FfnDown,
-    FfnPostNorm,
-    FfnGateInp,
-    FfnGateExps,
-    FfnUpExps,
-    FfnDownExps,
-    FfnGateInpShexp,
-    FfnGateShexp,
-    FfnUpShexp,
-    FfnDownShexp,
-    RopeFreqs,
-    RopeFactorsLong,
-    RopeFactorsShort,
-}
-
-/// The op a weight feeds, which decides the buffer types it may live in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WeightOp {
-    GetRows,
-    MulMat,
-    /// Expert matrices, multiplied by the routed experts' ids.
-    MulMatId,
-    /// Biases, added.
-    Add,
-    /// Norm weights, multiplied elementwise.
-    Mul,
-    /// RoPE frequency factors.
-    Rope,
-}
-
-impl TensorKind {
-    fn stem(self) -> &'static str {
-        use TensorKind::*;
-        match self {
-            TokenEmbd => "token_embd",
-            PosEmbd => "position_embd",
-            OutputNorm => "output_norm",
-            Output => "output",
-            AttnNorm => "attn_norm",
-            AttnNorm2 => "attn_norm_2",
-            AttnQ => "attn_q",
-            AttnK => "attn_k",
-            AttnV => "attn_v",
-            AttnQkv => "attn_qkv",
-            AttnOut => "attn_output",
-            AttnQNorm => "attn_q_norm",
-            AttnKNorm => "attn_k_norm",
-            AttnPostNorm => "post_attention_norm",
-            FfnNorm => "ffn_norm",
-            FfnGate => "ffn_gate",
-            FfnUp => "ffn_up",
-            FfnDown => "ffn_down",
-            FfnPostNorm => "post_ffw_norm",
-            FfnGateInp => "ffn_gate_inp",
-            FfnGateExps => "ffn_gate_exps",
-            FfnUpExps => "ffn_up_exps",
-            FfnDownExps => "ffn_down_exps",
-            FfnGateInpShexp => "ffn_gate_inp_shexp",
-            FfnGateShexp => "ffn_gate_shexp",
-            FfnUpShexp => "ffn_up_shexp",
-            FfnDownShexp => "ffn_down_shexp",
-            RopeFreqs => "rope_freqs",
-            RopeFactorsLong => "rope_factors_long",
-            RopeFactorsShort => "rope_factors_short",
-        }
-    }
-
-    /// The full GGUF name: `blk.N.stem.suffix` for layer tensors.
-    pub fn name(self, il: Option<usize>, suffix: &str) -> String {
-        match il {
-            Some(il) => format!("blk.{il}.{}.{suffix}", self.stem()),
-            None => format!("{}.{suffix}", self.stem()),
-        }
-    }
-
-    fn op(self, suffix: &str) -> WeightOp {
-        use TensorKind::*;
-        match (self, suffix) {
-            (_, "bias") => WeightOp::Add,
-            (TokenEmbd | PosEmbd, _) => WeightOp::GetRows,
-            (FfnGateExps | FfnUpExps | FfnDownExps, _) => WeightOp::MulMatId,
-            (
-                Output | AttnQ | AttnK | AttnV | AttnQkv | AttnOut | FfnGate | FfnUp | FfnDown | FfnGateInp
-                | FfnGateInpShexp | FfnGateShexp | FfnUpShexp | FfnDownShexp,
-                _,
-            ) => WeightOp::MulMat,
-            (RopeFreqs | RopeFactorsLong | RopeFactorsShort, _) => WeightOp::Rope,
-            _ => WeightOp::Mul,
-        }
-    }
-}
 
 /// The Q/K/V projections of one layer: three matrices, or one fused
 /// `attn_qkv` whose output rows are Q, then K, then V.
@@ -234,71 +123,42 @@ struct Pending {
 struct Loader<'a> {
     model: &'a Model,
     spec: &'static ArchSpec,
+    hp: &'a HParams,
     placement: &'a Placement,
     /// Every buffer type a weight went to, each once (Pending::buft indexes it).
     bufts: Vec<BufferType>,
     pending: Vec<Pending>,
-    /// Experts a token uses (the matmul-by-id probe's shape).
-    n_expert_used: usize,
 }
 
 impl<'a> Loader<'a> {
-    /// Registers the tensor `kind` (of layer `il`), which the architecture
-    /// needs, and returns its index in `pending`; an error when it is absent.
-    fn require(&mut self, kind: TensorKind, il: Option<usize>, suffix: &str, ne: &[i64]) -> Result<usize> {
-        self.require_as(kind, kind, il, suffix, ne)
+    /// Reads the table's rows of the model's own weights (`il` None) or of
+    /// layer `il`, those the architecture needs, and says what it found.
+    fn read_rows(&mut self, il: Option<usize>) -> Result<Found> {
+        let mut found = Found::default();
+        for row in WEIGHTS.iter().filter(|row| (row.scope == Scope::Layer) == il.is_some()) {
+            let need = (row.need)(&Conditions { spec: self.spec, hp: self.hp, found: &found });
+            if need == Need::Skip {
+                continue;
+            }
+            if let Some(idx) = self.read(row, il, need == Need::Required)? {
+                found.insert(row.kind, row.suffix, idx);
+            }
+        }
+        Ok(found)
     }
 
-    /// As `require`, but reads the file tensor of `file_kind` for the role
-    /// `role` (tied output: the role Output over the file's token_embd).
-    fn require_as(
-        &mut self,
-        role: TensorKind,
-        file_kind: TensorKind,
-        il: Option<usize>,
-        suffix: &str,
-        ne: &[i64],
-    ) -> Result<usize> {
-        let found = self.want_as(role, file_kind, il, suffix, true, ne)?;
-        Ok(found.expect("a required tensor is found or refused"))
-    }
-
-    /// Registers the tensor `kind` if the file has it (None when it does not).
-    fn optional(&mut self, kind: TensorKind, il: Option<usize>, suffix: &str, ne: &[i64]) -> Result<Option<usize>> {
-        self.want_as(kind, kind, il, suffix, false, ne)
-    }
-
-    /// `require` or `optional` as `required` says (for tensors an
-    /// architecture's row makes optional).
-    fn want(
-        &mut self,
-        kind: TensorKind,
-        il: Option<usize>,
-        suffix: &str,
-        required: bool,
-        ne: &[i64],
-    ) -> Result<Option<usize>> {
-        self.want_as(kind, kind, il, suffix, required, ne)
-    }
-
-    /// Registers a tensor: None for an absent optional one, an error for an
-    /// absent required one or a wrong shape.
-    fn want_as(
-        &mut self,
-        role: TensorKind,
-        file_kind: TensorKind,
-        il: Option<usize>,
-        suffix: &str,
-        required: bool,
-        ne: &[i64],
-    ) -> Result<Option<usize>> {
-        let name = file_kind.name(il, suffix);
+    /// Registers the tensor of `row` (of layer `il`) and returns its index
+    /// in `pending`: None for an absent optional one, an error for an absent
+    /// required one or a wrong shape.
+    fn read(&mut self, row: &WeightRow, il: Option<usize>, required: bool) -> Result<Option<usize>> {
+        let name = row.file_name(il);
         let Some(info) = self.model.gguf.tensor(&name) else {
             if required {
                 return Err(Error::MissingTensor { path: self.model.path().clone(), name, arch: self.spec.name });
             }
             return Ok(None);
         };
+        let ne: Vec<i64> = row.shape.iter().map(|dim| dim.size(self.spec, self.hp)).collect();
         let have = info.ne();
         let expect: Vec<i64> = ne.iter().copied().chain(std::iter::repeat(1)).take(4).collect();
         if have[..] != expect[..] || sys::type_traits(info.ggml_type).is_none() {
@@ -310,25 +170,15 @@ impl<'a> Loader<'a> {
                 ),
             });
         }
-        let op = role.op(suffix);
-        let check_as = match op {
+        let check_as = match row.op {
             WeightOp::MulMat | WeightOp::MulMatId => Role::MatMul,
             WeightOp::GetRows => Role::GetRows,
             WeightOp::Add => Role::Bias,
             WeightOp::Mul | WeightOp::Rope => Role::Norm,
         };
-        let what = if role == file_kind { name.clone() } else { format!("{name} (used as {})", role.name(il, suffix)) };
+        let what = if row.kind == row.file { name.clone() } else { format!("{name} (used as {})", row.role_name(il)) };
         validate::tensor_type(self.model.path(), &what, check_as, info.ggml_type, self.spec.name)?;
-        let part = match (il, role) {
-            (Some(il), _) => Part::Layer(il),
-            (None, TensorKind::TokenEmbd | TensorKind::PosEmbd) => Part::Input,
-            // llama.cpp loads the RoPE factors with the first layer
-            (None, TensorKind::RopeFreqs | TensorKind::RopeFactorsLong | TensorKind::RopeFactorsShort) => {
-                Part::Layer(0)
-            }
-            (None, _) => Part::Output,
-        };
-        let chosen = self.choose_buft(info, op, part)?;
+        let chosen = self.choose_buft(info, row.op, row.scope.part(il))?;
         let buft = match self.bufts.iter().position(|&b| b == chosen) {
             Some(i) => i,
             None => {
@@ -356,7 +206,7 @@ impl<'a> Loader<'a> {
         // one op, asked about with the weight placed in each candidate in turn
         let op_tensor = match op {
             WeightOp::MulMatId => {
-                let n_used = self.n_expert_used.max(1) as i64;
+                let n_used = self.hp.n_expert_used.max(1) as i64;
                 let b = ctx.new_tensor(GGML_TYPE_F32, &[ne[0], n_used, 512]);
                 let ids = ctx.new_tensor(GGML_TYPE_I32, &[n_used, 512]);
                 g.mul_mat_id(w, b, ids)
@@ -412,10 +262,6 @@ impl<'a> Loader<'a> {
             ),
         })
     }
-
-    fn tensor(&self, idx: usize) -> Tensor {
-        self.pending[idx].tensor.expect("weights created before use")
-    }
 }
 
 impl ModelWeights {
@@ -429,247 +275,28 @@ impl ModelWeights {
         hp: &HParams,
         placement: &Placement,
     ) -> Result<ModelWeights> {
-        let mut ld =
-            Loader { model, spec, placement, bufts: Vec::new(), pending: Vec::new(), n_expert_used: hp.n_expert_used };
-        let (n_embd, n_vocab, n_ff) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
-        let q_dim = (hp.n_head * hp.head_dim_k) as i64;
-        let k_dim = hp.n_embd_k_gqa() as i64;
-        let v_dim = hp.n_embd_v_gqa() as i64;
-        let o_dim = (hp.n_head * hp.head_dim_v) as i64;
-        use TensorKind::*;
-        let tok_embd = ld.require(TokenEmbd, None, "weight", &[n_embd, n_vocab])?;
-        let pos_embd = if spec.rope == Rope::None {
-            Some(ld.require(PosEmbd, None, "weight", &[n_embd, hp.n_ctx_train as i64])?)
-        } else {
-            None
-        };
-        let output_norm = ld.require(OutputNorm, None, "weight", &[n_embd])?;
-        let biases = spec.dense_biases;
-        let layer_norm = spec.norm == Norm::Layer;
-        let output_norm_b = if layer_norm { Some(ld.require(OutputNorm, None, "bias", &[n_embd])?) } else { None };
-        let own_output = match spec.output {
-            OutputWeight::Embd => None,
-            OutputWeight::OwnOrEmbd => ld.optional(Output, None, "weight", &[n_embd, n_vocab])?,
-            OutputWeight::Own => Some(ld.require(Output, None, "weight", &[n_embd, n_vocab])?),
-        };
-        let output = match own_output {
-            Some(i) => i,
-            None => ld.require_as(Output, TokenEmbd, None, "weight", &[n_embd, n_vocab])?,
-        };
-        let n_factors = [hp.n_rot as i64 / 2];
-        let long_short = spec.rope_factors == RopeFactors::LongShort
-            || (spec.rope_factors == RopeFactors::Freqs && (hp.rope_scaling == ScalingType::LongRope));
-        let rope_freqs = if spec.rope_factors == RopeFactors::Freqs && !(hp.rope_scaling == ScalingType::LongRope) {
-            ld.optional(RopeFreqs, None, "weight", &n_factors)?
-        } else {
-            None
-        };
-        let (rope_long, rope_short) = if long_short {
-            (
-                ld.optional(RopeFactorsLong, None, "weight", &n_factors)?,
-                ld.optional(RopeFactorsShort, None, "weight", &n_factors)?,
-            )
-        } else {
-            (None, None)
-        };
-        enum QkvIdx {
-            Separate { q: usize, k: usize, v: usize, bias: [Option<usize>; 3] },
-            Fused { qkv: usize, bias: Option<usize> },
-        }
-        enum FfnIdx {
-            Dense { gate: Option<usize>, up: usize, down: usize, biases: [Option<usize>; 2] },
-            Moe { router: usize, gate: Option<usize>, up: usize, down: usize, shared: Option<[usize; 4]> },
-        }
-        struct LayerIdx {
-            attn_norm: Option<usize>,
-            norm_biases: [Option<usize>; 2],
-            attn_norm_2: Option<(usize, usize)>,
-            qkv: QkvIdx,
-            o: usize,
-            bo: Option<usize>,
-            q_norm: Option<usize>,
-            k_norm: Option<usize>,
-            attn_post_norm: Option<usize>,
-            ffn_norm: Option<usize>,
-            ffn: FfnIdx,
-            ffn_post_norm: Option<usize>,
-        }
-        let mut layer_idx = Vec::with_capacity(hp.n_layer);
-        for il in 0..hp.n_layer {
-            let l = Some(il);
-            // llama.cpp's create_tensor_qkv: a fused attn_qkv if the file has
-            // one, else the three projections; biases optional either way
-            let qkv_dim = q_dim + k_dim + v_dim;
-            let qkv = match ld.optional(AttnQkv, l, "weight", &[n_embd, qkv_dim])? {
-                Some(qkv) => QkvIdx::Fused { qkv, bias: ld.optional(AttnQkv, l, "bias", &[qkv_dim])? },
-                None => QkvIdx::Separate {
-                    q: ld.require(AttnQ, l, "weight", &[n_embd, q_dim])?,
-                    k: ld.require(AttnK, l, "weight", &[n_embd, k_dim])?,
-                    v: ld.require(AttnV, l, "weight", &[n_embd, v_dim])?,
-                    bias: [
-                        ld.optional(AttnQ, l, "bias", &[q_dim])?,
-                        ld.optional(AttnK, l, "bias", &[k_dim])?,
-                        ld.optional(AttnV, l, "bias", &[v_dim])?,
-                    ],
-                },
-            };
-            let hd = hp.head_dim_k as i64;
-            let ffn = if hp.n_expert > 0 {
-                let (n_expert, n_ff_exp, n_ff_shexp) = (hp.n_expert as i64, hp.n_ff_exp as i64, hp.n_ff_shexp as i64);
-                let shared = if hp.n_ff_shexp > 0 {
-                    Some([
-                        ld.require(FfnGateInpShexp, l, "weight", &[n_embd])?,
-                        ld.require(FfnGateShexp, l, "weight", &[n_embd, n_ff_shexp])?,
-                        ld.require(FfnUpShexp, l, "weight", &[n_embd, n_ff_shexp])?,
-                        ld.require(FfnDownShexp, l, "weight", &[n_ff_shexp, n_embd])?,
-                    ])
-                } else {
-                    None
-                };
-                FfnIdx::Moe {
-                    router: ld.require(FfnGateInp, l, "weight", &[n_embd, n_expert])?,
-                    // llama's experts may lack a gate (then silu(up))
-                    gate: ld.want(
-                        FfnGateExps,
-                        l,
-                        "weight",
-                        spec.experts != Experts::WhenCounted,
-                        &[n_embd, n_ff_exp, n_expert],
-                    )?,
-                    up: ld.require(FfnUpExps, l, "weight", &[n_embd, n_ff_exp, n_expert])?,
-                    down: ld.require(FfnDownExps, l, "weight", &[n_ff_exp, n_embd, n_expert])?,
-                    shared,
-                }
-            } else {
-                let up_rows = if spec.fused_ffn_up { 2 * n_ff } else { n_ff };
-                let gated = spec.act != Activation::Gelu && !spec.fused_ffn_up;
-                FfnIdx::Dense {
-                    gate: if gated { Some(ld.require(FfnGate, l, "weight", &[n_embd, n_ff])?) } else { None },
-                    up: ld.require(FfnUp, l, "weight", &[n_embd, up_rows])?,
-                    down: ld.require(FfnDown, l, "weight", &[n_ff, n_embd])?,
-                    biases: if biases {
-                        [
-                            Some(ld.require(FfnUp, l, "bias", &[up_rows])?),
-                            Some(ld.require(FfnDown, l, "bias", &[n_embd])?),
-                        ]
-                    } else {
-                        [None; 2]
-                    },
-                }
-            };
-            // a parallel block's FFN reads the attention's norm: no ffn_norm
-            let ffn_norm = spec.pre_norms && !spec.parallel_block;
-            // StableLM: ffn_norm and its bias come together or not at all
-            let ffn_norm_required = !spec.ffn_norm_optional;
-            let norm_biases = if layer_norm && spec.pre_norms {
-                [
-                    Some(ld.require(AttnNorm, l, "bias", &[n_embd])?),
-                    if ffn_norm { ld.want(FfnNorm, l, "bias", ffn_norm_required, &[n_embd])? } else { None },
-                ]
-            } else {
-                [None; 2]
-            };
-            layer_idx.push(LayerIdx {
-                attn_norm: if spec.pre_norms { Some(ld.require(AttnNorm, l, "weight", &[n_embd])?) } else { None },
-                qkv,
-                o: ld.require(AttnOut, l, "weight", &[o_dim, n_embd])?,
-                bo: if spec.out_bias || biases { ld.want(AttnOut, l, "bias", biases, &[n_embd])? } else { None },
-                norm_biases,
-                attn_norm_2: match (spec.parallel_block, ld.optional(AttnNorm2, l, "weight", &[n_embd])?) {
-                    (true, Some(w)) => Some((w, ld.require(AttnNorm2, l, "bias", &[n_embd])?)),
-                    _ => None,
-                },
-                q_norm: match spec.qk_norm {
-                    QkNorm::None => None,
-                    QkNorm::PerHead => Some(ld.require(AttnQNorm, l, "weight", &[hd])?),
-                    QkNorm::Whole => Some(ld.require(AttnQNorm, l, "weight", &[q_dim])?),
-                    QkNorm::EachHeadOptional => ld.optional(AttnQNorm, l, "weight", &[hd, hp.n_head as i64])?,
-                },
-                k_norm: match spec.qk_norm {
-                    QkNorm::None => None,
-                    QkNorm::PerHead => Some(ld.require(AttnKNorm, l, "weight", &[hd])?),
-                    QkNorm::Whole => Some(ld.require(AttnKNorm, l, "weight", &[k_dim])?),
-                    QkNorm::EachHeadOptional => ld.optional(AttnKNorm, l, "weight", &[hd, hp.n_head_kv as i64])?,
-                },
-                attn_post_norm: if spec.post_norms {
-                    Some(ld.require(AttnPostNorm, l, "weight", &[n_embd])?)
-                } else {
-                    None
-                },
-                ffn_norm: if ffn_norm { ld.want(FfnNorm, l, "weight", ffn_norm_required, &[n_embd])? } else { None },
-                ffn,
-                ffn_post_norm: if spec.post_norms {
-                    Some(ld.require(FfnPostNorm, l, "weight", &[n_embd])?)
-                } else {
-                    None
-                },
-            });
-        }
+        let mut ld = Loader { model, spec, hp, placement, bufts: Vec::new(), pending: Vec::new() };
+        let model_found = ld.read_rows(None)?;
+        let layers_found = (0..hp.n_layer).map(|il| ld.read_rows(Some(il))).collect::<Result<Vec<_>>>()?;
 
         let (contexts, buffers, placement) = place(&mut ld)?;
         let mut bufts_by_name = HashMap::with_capacity(ld.pending.len());
         for p in &ld.pending {
             bufts_by_name.entry(p.info.name.clone()).or_insert(ld.bufts[p.buft]);
         }
-        let t = |i: usize| ld.tensor(i);
-        let o = |i: Option<usize>| i.map(|i| ld.tensor(i));
-        let layers = layer_idx
-            .iter()
-            .map(|x| LayerWeights {
-                attn_norm: o(x.attn_norm),
-                attn_norm_b: o(x.norm_biases[0]),
-                attn_norm_2: x.attn_norm_2.map(|(w, b)| (t(w), t(b))),
-                attn: AttnWeights {
-                    qkv: match x.qkv {
-                        QkvIdx::Separate { q, k, v, bias } => QkvWeights::Separate {
-                            wq: t(q),
-                            wk: t(k),
-                            wv: t(v),
-                            bq: o(bias[0]),
-                            bk: o(bias[1]),
-                            bv: o(bias[2]),
-                        },
-                        QkvIdx::Fused { qkv, bias } => QkvWeights::Fused { wqkv: t(qkv), bqkv: o(bias) },
-                    },
-                    wo: t(x.o),
-                    bo: o(x.bo),
-                    q_norm: o(x.q_norm),
-                    k_norm: o(x.k_norm),
-                },
-                attn_post_norm: o(x.attn_post_norm),
-                ffn_norm: o(x.ffn_norm),
-                ffn_norm_b: o(x.norm_biases[1]),
-                ffn: match x.ffn {
-                    FfnIdx::Dense { gate, up, down, biases } => Ffn::Dense(FfnWeights {
-                        gate: o(gate),
-                        up: t(up),
-                        down: t(down),
-                        up_b: o(biases[0]),
-                        down_b: o(biases[1]),
-                    }),
-                    FfnIdx::Moe { router, gate, up, down, shared } => Ffn::Moe(MoeWeights {
-                        gate_inp: t(router),
-                        gate_exps: o(gate),
-                        up_exps: t(up),
-                        down_exps: t(down),
-                        shared: shared.map(|[gi, g, u, d]| {
-                            (t(gi), FfnWeights { gate: Some(t(g)), up: t(u), down: t(d), up_b: None, down_b: None })
-                        }),
-                    }),
-                },
-                ffn_post_norm: o(x.ffn_post_norm),
-            })
-            .collect();
+        let read = |found| ReadWeights { pending: &ld.pending, found };
+        let own = read(&model_found);
+        use TensorKind::*;
         Ok(ModelWeights {
-            tok_embd: t(tok_embd),
-            pos_embd: o(pos_embd),
-            output_norm: t(output_norm),
-            output_norm_b: o(output_norm_b),
-            output: t(output),
-            rope_freqs: o(rope_freqs),
-            rope_long: o(rope_long),
-            rope_short: o(rope_short),
-            layers,
+            tok_embd: own.required(TokenEmbd),
+            pos_embd: own.weight(PosEmbd),
+            output_norm: own.required(OutputNorm),
+            output_norm_b: own.bias(OutputNorm),
+            output: own.required(Output),
+            rope_freqs: own.weight(RopeFreqs),
+            rope_long: own.weight(RopeFactorsLong),
+            rope_short: own.weight(RopeFactorsShort),
+            layers: layers_found.iter().map(|found| read(found).layer()).collect(),
             placement,
             bufts_by_name,
             _buffers: buffers,
@@ -677,6 +304,89 @@ impl ModelWeights {
             _model: Arc::clone(model),
             _base: None,
         })
+    }
+}
+
+/// The created tensors of the weights one scope (the model's own, or a
+/// layer's) read, by role.
+struct ReadWeights<'a> {
+    pending: &'a [Pending],
+    found: &'a Found,
+}
+
+impl ReadWeights<'_> {
+    fn get(&self, kind: TensorKind, suffix: Suffix) -> Option<Tensor> {
+        self.found.get(kind, suffix).map(|idx| self.pending[idx].tensor.expect("weights created before use"))
+    }
+
+    fn weight(&self, kind: TensorKind) -> Option<Tensor> {
+        self.get(kind, Suffix::Weight)
+    }
+
+    fn bias(&self, kind: TensorKind) -> Option<Tensor> {
+        self.get(kind, Suffix::Bias)
+    }
+
+    /// A weight the table requires wherever its block is read.
+    fn required(&self, kind: TensorKind) -> Tensor {
+        self.weight(kind).expect("a required tensor is found or refused")
+    }
+
+    fn layer(&self) -> LayerWeights {
+        use TensorKind::*;
+        let qkv = match self.weight(AttnQkv) {
+            Some(wqkv) => QkvWeights::Fused { wqkv, bqkv: self.bias(AttnQkv) },
+            None => QkvWeights::Separate {
+                wq: self.required(AttnQ),
+                wk: self.required(AttnK),
+                wv: self.required(AttnV),
+                bq: self.bias(AttnQ),
+                bk: self.bias(AttnK),
+                bv: self.bias(AttnV),
+            },
+        };
+        let ffn = match self.weight(FfnGateInp) {
+            Some(gate_inp) => Ffn::Moe(MoeWeights {
+                gate_inp,
+                gate_exps: self.weight(FfnGateExps),
+                up_exps: self.required(FfnUpExps),
+                down_exps: self.required(FfnDownExps),
+                shared: self.weight(FfnGateInpShexp).map(|shexp_gate| {
+                    let shexp = FfnWeights {
+                        gate: Some(self.required(FfnGateShexp)),
+                        up: self.required(FfnUpShexp),
+                        down: self.required(FfnDownShexp),
+                        up_b: None,
+                        down_b: None,
+                    };
+                    (shexp_gate, shexp)
+                }),
+            }),
+            None => Ffn::Dense(FfnWeights {
+                gate: self.weight(FfnGate),
+                up: self.required(FfnUp),
+                down: self.required(FfnDown),
+                up_b: self.bias(FfnUp),
+                down_b: self.bias(FfnDown),
+            }),
+        };
+        LayerWeights {
+            attn_norm: self.weight(AttnNorm),
+            attn_norm_b: self.bias(AttnNorm),
+            attn_norm_2: self.weight(AttnNorm2).zip(self.bias(AttnNorm2)),
+            attn: AttnWeights {
+                qkv,
+                wo: self.required(AttnOut),
+                bo: self.bias(AttnOut),
+                q_norm: self.weight(AttnQNorm),
+                k_norm: self.weight(AttnKNorm),
+            },
+            attn_post_norm: self.weight(AttnPostNorm),
+            ffn_norm: self.weight(FfnNorm),
+            ffn_norm_b: self.bias(FfnNorm),
+            ffn,
+            ffn_post_norm: self.weight(FfnPostNorm),
+        }
     }
 }
 

@@ -1,0 +1,419 @@
+//! Every weight tensor an architecture may read, as rows of one table (as
+//! llama.cpp's `LLM_TENSOR_INFOS`): its role, GGUF name, shape in
+//! hyperparameters, whether the architecture's switches (ArchSpec) require
+//! it, and the op that uses it. The loader (weights.rs) walks the rows in
+//! order; the order is the order of loading and of the weights' memory.
+use crate::engine::ggml::placement::Part;
+use crate::engine::model::arch::{
+    Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors,
+};
+use crate::engine::model::rope::ScalingType;
+
+/// The weight tensors by role; `name(il, suffix)` gives the GGUF name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    TokenEmbd,
+    PosEmbd,
+    OutputNorm,
+    Output,
+    AttnNorm,
+    AttnNorm2,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnQkv,
+    AttnOut,
+    AttnQNorm,
+    AttnKNorm,
+    AttnPostNorm,
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    FfnPostNorm,
+    FfnGateInp,
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+    FfnGateInpShexp,
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
+    RopeFreqs,
+    RopeFactorsLong,
+    RopeFactorsShort,
+}
+
+impl TensorKind {
+    fn stem(self) -> &'static str {
+        use TensorKind::*;
+        match self {
+            TokenEmbd => "token_embd",
+            PosEmbd => "position_embd",
+            OutputNorm => "output_norm",
+            Output => "output",
+            AttnNorm => "attn_norm",
+            AttnNorm2 => "attn_norm_2",
+            AttnQ => "attn_q",
+            AttnK => "attn_k",
+            AttnV => "attn_v",
+            AttnQkv => "attn_qkv",
+            AttnOut => "attn_output",
+            AttnQNorm => "attn_q_norm",
+            AttnKNorm => "attn_k_norm",
+            AttnPostNorm => "post_attention_norm",
+            FfnNorm => "ffn_norm",
+            FfnGate => "ffn_gate",
+            FfnUp => "ffn_up",
+            FfnDown => "ffn_down",
+            FfnPostNorm => "post_ffw_norm",
+            FfnGateInp => "ffn_gate_inp",
+            FfnGateExps => "ffn_gate_exps",
+            FfnUpExps => "ffn_up_exps",
+            FfnDownExps => "ffn_down_exps",
+            FfnGateInpShexp => "ffn_gate_inp_shexp",
+            FfnGateShexp => "ffn_gate_shexp",
+            FfnUpShexp => "ffn_up_shexp",
+            FfnDownShexp => "ffn_down_shexp",
+            RopeFreqs => "rope_freqs",
+            RopeFactorsLong => "rope_factors_long",
+            RopeFactorsShort => "rope_factors_short",
+        }
+    }
+
+    /// The full GGUF name: `blk.N.stem.suffix` for layer tensors.
+    pub fn name(self, il: Option<usize>, suffix: Suffix) -> String {
+        let suffix = suffix.as_str();
+        match il {
+            Some(il) => format!("blk.{il}.{}.{suffix}", self.stem()),
+            None => format!("{}.{suffix}", self.stem()),
+        }
+    }
+}
+
+/// The last part of a weight's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suffix {
+    Weight,
+    Bias,
+}
+
+impl Suffix {
+    fn as_str(self) -> &'static str {
+        match self {
+            Suffix::Weight => "weight",
+            Suffix::Bias => "bias",
+        }
+    }
+}
+
+/// The op a weight feeds, which decides the buffer types it may live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightOp {
+    GetRows,
+    MulMat,
+    /// Expert matrices, multiplied by the routed experts' ids.
+    MulMatId,
+    /// Biases, added.
+    Add,
+    /// Norm weights, multiplied elementwise.
+    Mul,
+    /// RoPE frequency factors.
+    Rope,
+}
+
+/// Where a weight belongs: its name has a `blk.N.` prefix only in `Layer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Before the first layer (embeddings).
+    Input,
+    /// After the last layer (output norm and projection).
+    Output,
+    /// One tensor every layer reads; llama.cpp loads it with the first layer.
+    AllLayers,
+    /// One tensor per layer.
+    Layer,
+}
+
+impl Scope {
+    /// The part of the model a weight of this scope (of layer `il`) is placed with.
+    pub fn part(self, il: Option<usize>) -> Part {
+        match (self, il) {
+            (Scope::Input, _) => Part::Input,
+            (Scope::Output, _) => Part::Output,
+            (Scope::AllLayers, _) => Part::Layer(0),
+            (Scope::Layer, il) => Part::Layer(il.expect("a layer weight is loaded for a layer")),
+        }
+    }
+}
+
+/// A dimension of a weight's shape, in hyperparameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dim {
+    Embd,
+    Vocab,
+    CtxTrain,
+    Ff,
+    /// The FFN's up projection: twice n_ff when it holds the gate too.
+    FfUp,
+    /// The Q, K, V projections' widths over all heads, and all three fused.
+    QWidth,
+    KWidth,
+    VWidth,
+    QkvWidth,
+    /// The attention output's input width (n_head * head_dim_v).
+    AttnOutWidth,
+    HeadDimK,
+    Heads,
+    KvHeads,
+    ExpertCount,
+    FfExp,
+    FfShexp,
+    /// One factor per rotated pair.
+    RopePairs,
+}
+
+impl Dim {
+    pub fn size(self, spec: &ArchSpec, hp: &HParams) -> i64 {
+        let q = (hp.n_head * hp.head_dim_k) as i64;
+        let k = hp.n_embd_k_gqa() as i64;
+        let v = hp.n_embd_v_gqa() as i64;
+        match self {
+            Dim::Embd => hp.n_embd as i64,
+            Dim::Vocab => hp.n_vocab as i64,
+            Dim::CtxTrain => hp.n_ctx_train as i64,
+            Dim::Ff => hp.n_ff as i64,
+            Dim::FfUp if spec.fused_ffn_up => 2 * hp.n_ff as i64,
+            Dim::FfUp => hp.n_ff as i64,
+            Dim::QWidth => q,
+            Dim::KWidth => k,
+            Dim::VWidth => v,
+            Dim::QkvWidth => q + k + v,
+            Dim::AttnOutWidth => (hp.n_head * hp.head_dim_v) as i64,
+            Dim::HeadDimK => hp.head_dim_k as i64,
+            Dim::Heads => hp.n_head as i64,
+            Dim::KvHeads => hp.n_head_kv as i64,
+            Dim::ExpertCount => hp.n_expert as i64,
+            Dim::FfExp => hp.n_ff_exp as i64,
+            Dim::FfShexp => hp.n_ff_shexp as i64,
+            Dim::RopePairs => hp.n_rot as i64 / 2,
+        }
+    }
+}
+
+/// Whether the loader reads a row's weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Not read.
+    Skip,
+    /// Read if the file has it.
+    Optional,
+    /// Read; an error if the file lacks it.
+    Required,
+}
+
+impl Need {
+    /// `need` when `cond` holds, else Skip.
+    fn when(cond: bool, need: Need) -> Need {
+        if cond {
+            need
+        } else {
+            Skip
+        }
+    }
+
+    /// Optional when `optional`, else Required.
+    fn optional_if(optional: bool) -> Need {
+        if optional {
+            Optional
+        } else {
+            Required
+        }
+    }
+}
+
+/// The weights read so far in one scope (the model's, or one layer's):
+/// role and suffix to the loader's index of the weight.
+#[derive(Default)]
+pub struct Found(Vec<(TensorKind, Suffix, usize)>);
+
+impl Found {
+    pub fn get(&self, kind: TensorKind, suffix: Suffix) -> Option<usize> {
+        self.0.iter().find(|&&(k, s, _)| k == kind && s == suffix).map(|&(_, _, i)| i)
+    }
+
+    pub fn insert(&mut self, kind: TensorKind, suffix: Suffix, idx: usize) {
+        self.0.push((kind, suffix, idx));
+    }
+
+    fn has(&self, kind: TensorKind) -> bool {
+        self.get(kind, Suffix::Weight).is_some()
+    }
+}
+
+/// What a row's need is decided by: the architecture's switches, the
+/// hyperparameters and the weights of the same scope read before it.
+pub struct Conditions<'a> {
+    pub spec: &'a ArchSpec,
+    pub hp: &'a HParams,
+    pub found: &'a Found,
+}
+
+impl Conditions<'_> {
+    fn experts(&self) -> bool {
+        self.hp.n_expert > 0
+    }
+
+    fn layer_norm(&self) -> bool {
+        self.spec.norm == Norm::Layer
+    }
+
+    /// The FFN's own input norm: a parallel block's FFN reads the attention's
+    /// norm instead; StableLM's is optional, its weight and bias together.
+    fn ffn_norm(&self) -> Need {
+        Need::when(self.spec.pre_norms && !self.spec.parallel_block, Need::optional_if(self.spec.ffn_norm_optional))
+    }
+
+    fn qk_norm(&self, kind: QkNorm) -> Need {
+        Need::when(self.spec.qk_norm == kind, Need::optional_if(kind == QkNorm::EachHeadOptional))
+    }
+
+    fn separate_qkv(&self, need: Need) -> Need {
+        Need::when(!self.found.has(TensorKind::AttnQkv), need)
+    }
+
+    fn rope_freqs(&self) -> bool {
+        self.spec.rope_factors == RopeFactors::Freqs && self.hp.rope_scaling != ScalingType::LongRope
+    }
+
+    fn rope_long_short(&self) -> bool {
+        self.spec.rope_factors == RopeFactors::LongShort
+            || (self.spec.rope_factors == RopeFactors::Freqs && self.hp.rope_scaling == ScalingType::LongRope)
+    }
+}
+
+/// One weight an architecture may read.
+pub struct WeightRow {
+    /// The role the graph uses it in.
+    pub kind: TensorKind,
+    /// Whose tensor in the file it is: the role's own, but for a tied output.
+    pub file: TensorKind,
+    pub suffix: Suffix,
+    pub scope: Scope,
+    pub shape: &'static [Dim],
+    pub op: WeightOp,
+    pub need: fn(&Conditions) -> Need,
+}
+
+impl WeightRow {
+    /// The GGUF name of this row's tensor (of layer `il` for a layer weight).
+    pub fn file_name(&self, il: Option<usize>) -> String {
+        self.file.name(il, self.suffix)
+    }
+
+    /// The name of the role it is read for.
+    pub fn role_name(&self, il: Option<usize>) -> String {
+        self.kind.name(il, self.suffix)
+    }
+}
+
+const fn row(
+    kind: TensorKind,
+    suffix: Suffix,
+    scope: Scope,
+    shape: &'static [Dim],
+    op: WeightOp,
+    need: fn(&Conditions) -> Need,
+) -> WeightRow {
+    WeightRow { kind, file: kind, suffix, scope, shape, op, need }
+}
+
+use Dim::*;
+use Need::{Optional, Required, Skip};
+use Scope::{AllLayers, Input, Layer};
+use Suffix::{Bias, Weight};
+use TensorKind as K;
+use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
+
+/// Every weight, in the order llama.cpp's loader creates them: the model's
+/// own, then each layer's.
+pub const WEIGHTS: &[WeightRow] = &[
+    row(K::TokenEmbd, Weight, Input, &[Embd, Vocab], GetRows, |_| Required),
+    row(K::PosEmbd, Weight, Input, &[Embd, CtxTrain], GetRows, |c| Need::when(c.spec.rope == Rope::None, Required)),
+    row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |_| Required),
+    row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm(), Required)),
+    row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| match c.spec.output {
+        OutputWeight::Embd => Skip,
+        OutputWeight::OwnOrEmbd => Optional,
+        OutputWeight::Own => Required,
+    }),
+    // tied: the output projection reads the token embeddings
+    WeightRow {
+        file: K::TokenEmbd,
+        ..row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| {
+            Need::when(!c.found.has(K::Output), Required)
+        })
+    },
+    row(K::RopeFreqs, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| Need::when(c.rope_freqs(), Optional)),
+    row(K::RopeFactorsLong, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| {
+        Need::when(c.rope_long_short(), Optional)
+    }),
+    row(K::RopeFactorsShort, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| {
+        Need::when(c.rope_long_short(), Optional)
+    }),
+    // llama.cpp's create_tensor_qkv: a fused attn_qkv if the file has one,
+    // else the three projections; biases optional either way
+    row(K::AttnQkv, Weight, Layer, &[Embd, QkvWidth], MulMat, |_| Optional),
+    row(K::AttnQkv, Bias, Layer, &[QkvWidth], Add, |c| Need::when(c.found.has(K::AttnQkv), Optional)),
+    row(K::AttnQ, Weight, Layer, &[Embd, QWidth], MulMat, |c| c.separate_qkv(Required)),
+    row(K::AttnK, Weight, Layer, &[Embd, KWidth], MulMat, |c| c.separate_qkv(Required)),
+    row(K::AttnV, Weight, Layer, &[Embd, VWidth], MulMat, |c| c.separate_qkv(Required)),
+    row(K::AttnQ, Bias, Layer, &[QWidth], Add, |c| c.separate_qkv(Optional)),
+    row(K::AttnK, Bias, Layer, &[KWidth], Add, |c| c.separate_qkv(Optional)),
+    row(K::AttnV, Bias, Layer, &[VWidth], Add, |c| c.separate_qkv(Optional)),
+    row(K::FfnGateInpShexp, Weight, Layer, &[Embd], MulMat, shared_expert),
+    row(K::FfnGateShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
+    row(K::FfnUpShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
+    row(K::FfnDownShexp, Weight, Layer, &[FfShexp, Embd], MulMat, shared_expert),
+    row(K::FfnGateInp, Weight, Layer, &[Embd, ExpertCount], MulMat, |c| Need::when(c.experts(), Required)),
+    // llama's experts may lack a gate (then silu(up))
+    row(K::FfnGateExps, Weight, Layer, &[Embd, FfExp, ExpertCount], MulMatId, |c| {
+        Need::when(c.experts(), Need::optional_if(c.spec.experts == Experts::WhenCounted))
+    }),
+    row(K::FfnUpExps, Weight, Layer, &[Embd, FfExp, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
+    row(K::FfnDownExps, Weight, Layer, &[FfExp, Embd, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
+    row(K::FfnGate, Weight, Layer, &[Embd, Ff], MulMat, |c| {
+        Need::when(!c.experts() && c.spec.act != Activation::Gelu && !c.spec.fused_ffn_up, Required)
+    }),
+    row(K::FfnUp, Weight, Layer, &[Embd, FfUp], MulMat, |c| Need::when(!c.experts(), Required)),
+    row(K::FfnDown, Weight, Layer, &[Ff, Embd], MulMat, |c| Need::when(!c.experts(), Required)),
+    row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
+    row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
+    row(K::AttnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm() && c.spec.pre_norms, Required)),
+    row(K::FfnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm(), c.ffn_norm())),
+    // OLMo 2 has no pre-norms
+    row(K::AttnNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.pre_norms, Required)),
+    row(K::AttnOut, Weight, Layer, &[AttnOutWidth, Embd], MulMat, |_| Required),
+    row(K::AttnOut, Bias, Layer, &[Embd], Add, |c| {
+        Need::when(c.spec.out_bias || c.spec.dense_biases, Need::optional_if(!c.spec.dense_biases))
+    }),
+    // read whenever the file has it; only a parallel block uses it (Falcon-40B)
+    row(K::AttnNorm2, Weight, Layer, &[Embd], Mul, |_| Optional),
+    row(K::AttnNorm2, Bias, Layer, &[Embd], Add, |c| {
+        Need::when(c.spec.parallel_block && c.found.has(K::AttnNorm2), Required)
+    }),
+    row(K::AttnQNorm, Weight, Layer, &[HeadDimK], Mul, |c| c.qk_norm(QkNorm::PerHead)),
+    row(K::AttnQNorm, Weight, Layer, &[QWidth], Mul, |c| c.qk_norm(QkNorm::Whole)),
+    row(K::AttnQNorm, Weight, Layer, &[HeadDimK, Heads], Mul, |c| c.qk_norm(QkNorm::EachHeadOptional)),
+    row(K::AttnKNorm, Weight, Layer, &[HeadDimK], Mul, |c| c.qk_norm(QkNorm::PerHead)),
+    row(K::AttnKNorm, Weight, Layer, &[KWidth], Mul, |c| c.qk_norm(QkNorm::Whole)),
+    row(K::AttnKNorm, Weight, Layer, &[HeadDimK, KvHeads], Mul, |c| c.qk_norm(QkNorm::EachHeadOptional)),
+    row(K::AttnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
+    row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| c.ffn_norm()),
+    row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
+];
+
+/// Qwen2-MoE's shared expert, gated per token.
+fn shared_expert(c: &Conditions) -> Need {
+    Need::when(c.experts() && c.hp.n_ff_shexp > 0, Required)
+}
