@@ -9,20 +9,14 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-my %NEW_DEFAULTS    = (model => undef);
-my %DECODE_DEFAULTS = (special => 0, bytes => 0);
-my %PIECE_DEFAULTS  = (special => 0);
-my %DECODER_DEFAULTS = (special => 0);
+# The options of new, encode, decode, token_to_piece and decoder, and their
+# defaults, are the tables of xs-rs/subs/tokenizer.rs.
+my %IS_DECODE_OPTION = map { $_ => 1 } _decode_options();
 
 sub new {
-    my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Tokenizer->new', \%NEW_DEFAULTS, @args);
-    Lugh::_croak('Lugh::Tokenizer->new: missing model => $model (a Lugh::Model)') unless defined $opt{model};
-    return _new($class, $opt{model});
+    return _new(@_);
 }
 
-# encode's options (add_bos, add_special, parse_special, bytes) and their
-# defaults are the table of xs-rs/subs/tokenizer.rs.
 sub encode {
     my ($self) = @_;
     Lugh::_croak('Usage: $tokenizer->encode($text, %options)') unless ref $self;
@@ -33,21 +27,18 @@ sub decode {
     my ($self, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->decode(\@ids, %options) or $tokenizer->decode(@ids)') unless ref $self;
     if (@args && ref $args[0] eq 'ARRAY') {
-        my ($ids, @rest) = @args;
-        my %opt = Lugh::_options('Lugh::Tokenizer->decode', \%DECODE_DEFAULTS, @rest);
-        return _decode($self, $ids, $opt{special} ? 1 : 0, $opt{bytes} ? 1 : 0);
+        return _decode($self, @args);
     }
-    if (grep { defined && !ref && exists $DECODE_DEFAULTS{$_} } @args) {
+    if (grep { defined && !ref && $IS_DECODE_OPTION{$_} } @args) {
         Lugh::_croak('Lugh::Tokenizer->decode: options need the array-reference form: decode(\@ids, special => 1)');
     }
-    return _decode($self, \@args, 0, 0);
+    return _decode($self, \@args);
 }
 
 sub token_to_piece {
     my ($self, $id, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->token_to_piece($id, %options)') unless ref $self && @_ >= 2;
-    my %opt = Lugh::_options('Lugh::Tokenizer->token_to_piece', \%PIECE_DEFAULTS, @args);
-    return _token_to_piece($self, $id, $opt{special} ? 1 : 0);
+    return _token_to_piece($self, $id, @args);
 }
 
 sub type {
@@ -59,8 +50,7 @@ sub type {
 sub decoder {
     my ($self, @args) = @_;
     Lugh::_croak('Usage: $tokenizer->decoder(%options)') unless ref $self;
-    my %opt = Lugh::_options('Lugh::Tokenizer->decoder', \%DECODER_DEFAULTS, @args);
-    return _decoder($self, $opt{special} ? 1 : 0);
+    return _decoder($self, @args);
 }
 
 # Vocabulary facts: one accessor per row of the XS table.

@@ -5,7 +5,7 @@ use crate::engine::model::tokenizer::{EncodeOptions, PieceDecoder, Vocab};
 use crate::engine::model::Model;
 use crate::engine::Error;
 use crate::glue::{
-    accessor_names, new_object, object_arc, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
+    accessor_names, new_object, object_arc, option_names, read_accessor, set, Accessor, Args, Given, Opt, Perl, Ret, Sv,
 };
 use crate::xs_subs;
 use std::sync::{Arc, Mutex};
@@ -100,12 +100,35 @@ const ENCODE_OPTIONS: &[Opt<EncodeArgs>] = &[
     Opt::new("bytes", |perl, sv, a| set(&mut a.bytes, Ok(perl.is_true(sv)))),
 ];
 
+/// The options of new: the model whose vocabulary it is.
+const NEW_OPTIONS: &[Opt<Option<Arc<Model>>>] =
+    &[Opt::new("model", |perl, sv, m| set(m, object_arc::<Model>(perl, sv, "Lugh::Model").map(Some)))];
+
+/// The options of decode: special (render special tokens), bytes (return
+/// bytes, not characters).
+#[derive(Default)]
+struct DecodeArgs {
+    special: bool,
+    bytes: bool,
+}
+
+const DECODE_OPTIONS: &[Opt<DecodeArgs>] = &[
+    Opt::new("special", |perl, sv, a: &mut DecodeArgs| set(&mut a.special, Ok(perl.is_true(sv)))),
+    Opt::new("bytes", |perl, sv, a| set(&mut a.bytes, Ok(perl.is_true(sv)))),
+];
+
+/// The one option of token_to_piece and decoder: special (render special
+/// tokens' text).
+const SPECIAL_OPTIONS: &[Opt<bool>] = &[Opt::new("special", |perl, sv, special| set(special, Ok(perl.is_true(sv))))];
+
 xs_subs! { "Lugh::Tokenizer";
+    // class, then name => value options: model
     fn _new(args) as "Lugh::Tokenizer->new" {
-        args.expect(2, 2, "class, model")?;
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
-        let model = object_arc::<Model>(perl, args.get(1), "Lugh::Model")?;
+        let mut model = None;
+        Given::read_into(perl, &args.rest(1), NEW_OPTIONS, &mut model)?;
+        let model = model.ok_or_else(|| Error::Argument("missing model => $model (a Lugh::Model)".into()))?;
         let vocab = model.vocab()?;
         Ok(Ret::One(new_object(perl, &class, vocab)))
     }
@@ -136,21 +159,29 @@ xs_subs! { "Lugh::Tokenizer";
         Ok(Ret::List(ids.into_iter().map(|id| perl.int(id as i64)).collect()))
     }
 
+    // self, ids, then name => value options (DECODE_OPTIONS)
     fn _decode(args) as "Lugh::Tokenizer->decode" {
-        args.expect(4, 4, "self, ids, special, bytes")?;
         let vocab = this(args)?;
         let perl = args.perl();
+        let mut given = DecodeArgs::default();
+        Given::read_into(perl, &args.rest(2), DECODE_OPTIONS, &mut given)?;
         let ids = ids_arg(perl, &vocab, args.get(1))?;
-        let bytes = vocab.decode(&ids, perl.is_true(args.get(2)))?;
-        Ok(Ret::One(text_sv(perl, &bytes, perl.is_true(args.get(3)))))
+        let bytes = vocab.decode(&ids, given.special)?;
+        Ok(Ret::One(text_sv(perl, &bytes, given.bytes)))
     }
 
+    fn _decode_options(args) {
+        option_names(args, DECODE_OPTIONS)
+    }
+
+    // self, id, then name => value options (SPECIAL_OPTIONS)
     fn _token_to_piece(args) as "Lugh::Tokenizer->token_to_piece" {
-        args.expect(3, 3, "self, id, special")?;
         let vocab = this(args)?;
         let perl = args.perl();
+        let mut special = false;
+        Given::read_into(perl, &args.rest(2), SPECIAL_OPTIONS, &mut special)?;
         let id = id_arg(perl, &vocab, args.get(1))?;
-        Ok(Ret::One(perl.bytes(vocab.piece(id, perl.is_true(args.get(2)))?)))
+        Ok(Ret::One(perl.bytes(vocab.piece(id, special)?)))
     }
 
     fn token_to_text(args) as "Lugh::Tokenizer->token_to_text" {
@@ -200,11 +231,13 @@ xs_subs! { "Lugh::Tokenizer";
         read_accessor(args, CLASS, ACCESSORS)
     }
 
+    // self, then name => value options (SPECIAL_OPTIONS)
     fn _decoder(args) as "Lugh::Tokenizer->decoder" {
-        args.expect(2, 2, "self, special")?;
         let vocab = this(args)?;
         let perl = args.perl();
-        let piece_decoder = vocab.piece_decoder(perl.is_true(args.get(1)));
+        let mut special = false;
+        Given::read_into(perl, &args.rest(1), SPECIAL_OPTIONS, &mut special)?;
+        let piece_decoder = vocab.piece_decoder(special);
         let state = Decoder { vocab, state: Mutex::new((piece_decoder, StreamDecoder::default())) };
         Ok(Ret::One(new_object(perl, DECODER_CLASS, Arc::new(state))))
     }
