@@ -8,12 +8,8 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-sub new {
-    my ($class, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Context->new', { mem_size => 16 * 1024 * 1024, size => undef }, @args);
-    $opt{mem_size} = $opt{size} if defined $opt{size};    # the name some Lugh 0.12 scripts used
-    return _new($class, $opt{mem_size});
-}
+# new is an XS sub; its option (mem_size, or size as some Lugh 0.12 scripts
+# called it) is the table of xs-rs/subs/context.rs.
 
 # Lugh 0.12's documentation called it mem_used.
 sub mem_used { goto &used_mem }

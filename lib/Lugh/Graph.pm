@@ -23,8 +23,7 @@ sub compute {
     my ($self, @args) = @_;
     shift @args if @args && ref $args[0] && eval { $args[0]->isa('Lugh::Context') };
     @args = (n_threads => $args[0]) if @args == 1;
-    my %opt = Lugh::_options('Lugh::Graph->compute', { n_threads => undef, backend => 'cpu' }, @args);
-    return _compute($self, $opt{n_threads}, $opt{backend});
+    return _compute($self, @args);    # its options: the table of xs-rs/subs/graph.rs
 }
 
 # Objects hold native state that must not be copied into a new thread.

@@ -121,8 +121,7 @@ sub devices {
 
 sub profile {
     my ($self, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Inference->profile', { reset => 0 }, @args);
-    my %raw = _profile($self, $opt{reset});
+    my %raw = _profile($self, @args);
     my $steps = delete $raw{steps};
     return { steps => $steps, map { $_ => { seconds => $raw{$_}[0], count => $raw{$_}[1] } } keys %raw };
 }

@@ -9,17 +9,8 @@ require Lugh;
 
 our $VERSION = '0.20';
 
-sub softmax {
-    my ($self, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Logits->softmax', { temperature => 1 }, @args);
-    return _softmax($self, $opt{temperature}, 0);
-}
-
-sub log_softmax {
-    my ($self, @args) = @_;
-    my %opt = Lugh::_options('Lugh::Logits->log_softmax', { temperature => 1 }, @args);
-    return _softmax($self, $opt{temperature}, 1);
-}
+# softmax and log_softmax are XS subs; their option (temperature) is the
+# table of xs-rs/subs/logits.rs.
 
 sub new {
     Lugh::_croak('Lugh::Logits->new: logits come from forward(..., as_object => 1)');

@@ -64,9 +64,8 @@ sub get_trainable_weights {
 sub save {
     my ($self, $path, @opts) = @_;
     Lugh::_croak('Usage: $model->save($path, dequantize => 0)') unless defined $path && length $path;
-    my %opt = Lugh::_options('Lugh::Model->save', { dequantize => 0 }, @opts);
     Lugh::_croak("Lugh::Model->save: the path must end with .gguf, got '$path'") unless $path =~ /\.gguf\z/i;
-    return _save($self, $path, $opt{dequantize} ? 1 : 0);
+    return _save($self, $path, @opts);    # its option: the table of xs-rs/subs/model.rs
 }
 
 sub mmap_supported { return 1 }

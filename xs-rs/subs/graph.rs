@@ -3,7 +3,7 @@ use super::tensor::tensor_arg;
 use crate::engine::ggml::cpu_budget::{physical_cores, MAX_THREADS};
 use crate::engine::tensor::graph::TensorGraph;
 use crate::engine::Error;
-use crate::glue::{new_object, object_arc, Args, Ret};
+use crate::glue::{new_object, object_arc, set, Args, Given, Opt, Ret};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -12,6 +12,20 @@ pub const CLASS: &str = "Lugh::Graph";
 fn this(args: &Args) -> Result<Arc<TensorGraph>, Error> {
     object_arc::<TensorGraph>(args.perl(), args.get(0), CLASS)
 }
+
+/// The options of compute: threads (default: the physical cores) and the
+/// backend (default cpu).
+struct ComputeArgs {
+    n_threads: Option<i64>,
+    backend: String,
+}
+
+const COMPUTE_OPTIONS: &[Opt<ComputeArgs>] = &[
+    Opt::new("n_threads", |perl, sv, o: &mut ComputeArgs| {
+        set(&mut o.n_threads, perl.int_arg(sv, "n_threads").map(Some))
+    }),
+    Opt::new("backend", |perl, sv, o| set(&mut o.backend, perl.string_arg(sv, "backend"))),
+];
 
 xs_subs! { "Lugh::Graph";
     fn _new(args) as "Lugh::Graph->new" {
@@ -34,20 +48,17 @@ xs_subs! { "Lugh::Graph";
         Ok(Ret::One(args.perl().int(this(args)?.n_nodes() as i64)))
     }
 
+    // self, then name => value options (COMPUTE_OPTIONS)
     fn _compute(args) as "Lugh::Graph->compute" {
-        args.expect(3, 3, "self, n_threads, backend")?;
         let g = this(args)?;
         let perl = args.perl();
-        let n_threads = if perl.is_defined(args.get(1)) {
-            perl.int_arg(args.get(1), "n_threads")?
-        } else {
-            physical_cores() as i64
-        };
+        let mut o = ComputeArgs { n_threads: None, backend: "cpu".into() };
+        Given::read_into(perl, &args.rest(1), COMPUTE_OPTIONS, &mut o)?;
+        let n_threads = o.n_threads.unwrap_or(physical_cores() as i64);
         if !(1..=MAX_THREADS as i64).contains(&n_threads) {
             return Err(Error::Argument(format!("n_threads must be 1 to {MAX_THREADS}, got {n_threads}")).into());
         }
-        let backend = perl.string_arg(args.get(2), "backend")?;
-        g.compute(n_threads as usize, &backend)?;
+        g.compute(n_threads as usize, &o.backend)?;
         Ok(Ret::Empty)
     }
 }

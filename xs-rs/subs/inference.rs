@@ -487,6 +487,9 @@ fn logits_object(perl: Perl, values: Vec<f32>) -> Sv {
     new_object(perl, LOGITS_CLASS, Arc::new(Logits::new(values)))
 }
 
+/// The option of profile: reset (start the counts again after reading).
+const PROFILE_OPTIONS: &[Opt<bool>] = &[Opt::new("reset", |perl, sv, reset| set(reset, Ok(perl.is_true(sv))))];
+
 xs_subs! { "Lugh::Inference";
     fn new(args) as "Lugh::Inference->new" {
         let perl = args.perl();
@@ -767,11 +770,13 @@ xs_subs! { "Lugh::Inference";
         ]))
     }
 
+    // self, then name => value options: reset (start the counts again)
     fn _profile(args) as "Lugh::Inference->profile" {
-        args.expect(2, 2, "self, reset")?;
         let s = this(args)?;
         let perl = args.perl();
-        let p = s.runner.profile(perl.is_true(args.get(1)));
+        let mut reset = false;
+        Given::read_into(perl, &args.rest(1), PROFILE_OPTIONS, &mut reset)?;
+        let p = s.runner.profile(reset);
         let mut out = vec![perl.str("steps"), perl.int(p.steps as i64)];
         for (phase, time, count) in p.entries() {
             out.push(perl.str(phase.name()));

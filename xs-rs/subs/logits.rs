@@ -1,7 +1,7 @@
 //! XS subs of Lugh::Logits (made by the forward family with `as_object`).
 use crate::engine::generate::logits::Logits;
 use crate::engine::Error;
-use crate::glue::{new_object, object_arc, Args, Perl, Ret, Sv};
+use crate::glue::{new_object, object_arc, set, Args, Given, Opt, Perl, Ret, Sv};
 use crate::xs_subs;
 use std::sync::Arc;
 
@@ -18,6 +18,20 @@ fn temperature(perl: Perl, sv: Sv) -> Result<f32, Error> {
     } else {
         Ok(1.0)
     }
+}
+
+/// The option of softmax and log_softmax: the temperature (default 1).
+const SOFTMAX_OPTIONS: &[Opt<f32>] = &[Opt::new("temperature", |perl, sv, t| set(t, temperature(perl, sv)))];
+
+/// The (log-)softmax of the logits object of `args`, at its options'
+/// temperature, as a new logits object.
+fn softmax_of(args: &Args, log: bool) -> Result<Ret, Error> {
+    let l = this(args)?;
+    let perl = args.perl();
+    let mut t = 1.0;
+    Given::read_into(perl, &args.rest(1), SOFTMAX_OPTIONS, &mut t)?;
+    let out = if log { l.log_softmax(t)? } else { l.softmax(t)? };
+    Ok(Ret::One(new_object(perl, CLASS, Arc::new(out))))
 }
 
 xs_subs! { "Lugh::Logits";
@@ -53,13 +67,14 @@ xs_subs! { "Lugh::Logits";
         Ok(Ret::List(pairs.iter().map(|&(id, v)| perl.array_ref(&[perl.int(id as i64), perl.float(f64::from(v))])).collect()))
     }
 
-    fn _softmax(args) as "Lugh::Logits->softmax" {
-        args.expect(3, 3, "self, temperature, log")?;
-        let l = this(args)?;
-        let perl = args.perl();
-        let t = temperature(perl, args.get(1))?;
-        let out = if perl.is_true(args.get(2)) { l.log_softmax(t)? } else { l.softmax(t)? };
-        Ok(Ret::One(new_object(perl, CLASS, Arc::new(out))))
+    // self, then name => value options (SOFTMAX_OPTIONS)
+    fn softmax(args) as "Lugh::Logits->softmax" {
+        Ok(softmax_of(args, false)?)
+    }
+
+    // self, then name => value options (SOFTMAX_OPTIONS)
+    fn log_softmax(args) as "Lugh::Logits->log_softmax" {
+        Ok(softmax_of(args, true)?)
     }
 
     fn to_list(args) as "Lugh::Logits->to_list" {

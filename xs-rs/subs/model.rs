@@ -147,6 +147,10 @@ fn array_sv(perl: Perl, a: &Array) -> Sv {
     av
 }
 
+/// The option of save: dequantize (write every tensor as f32).
+const SAVE_OPTIONS: &[Opt<bool>] =
+    &[Opt::new("dequantize", |perl, sv, dequantize| set(dequantize, Ok(perl.is_true(sv))))];
+
 xs_subs! { "Lugh::Model";
     // Lugh::Model->new (lib/Lugh/Model.pm) checks its arguments with
     // _check_new, resolves a catalogue name to its file, then opens with _new.
@@ -191,12 +195,14 @@ xs_subs! { "Lugh::Model";
         ))
     }
 
+    // self, path, then name => value options: dequantize (every tensor as f32)
     fn _save(args) as "Lugh::Model->save" {
-        args.expect(3, 3, "self, path, dequantize")?;
         let perl = args.perl();
         let model = object_arc::<Model>(perl, args.get(0), "Lugh::Model")?;
+        let mut dequantize = false;
+        Given::read_into(perl, &args.rest(2), SAVE_OPTIONS, &mut dequantize)?;
         let path = perl.path_arg(args.get(1), "path")?;
-        save_model(&model, &path, perl.is_true(args.get(2)))?;
+        save_model(&model, &path, dequantize)?;
         Ok(Ret::One(perl.bool(true)))
     }
 
