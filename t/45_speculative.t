@@ -189,6 +189,24 @@ diag 'no test model found: run perl t/fetch-models for the tests on real models'
 my $EXACT = Lugh::cpu_features()->{variant} =~ /\Ax86_64/;
 my $NEAR_TIE = 0.3;
 
+# The largest difference between the logits after $context computed a row at
+# a time (decode steps) and with its last $rows tokens in one pass (as a
+# verification pass computes them), the rest of the context cached alike.
+sub row_kernel_spread {
+    my ($inference, $context, $rows) = @_;
+    $rows = @$context - 1 if $rows >= @$context;    # at least one token cached
+    my @prefix = @$context[ 0 .. $#$context - $rows ];
+    my @last = @$context[ $#$context - $rows + 1 .. $#$context ];
+    my $one_cache = $inference->create_kv_cache;
+    $inference->forward_cache($one_cache, \@prefix);
+    my @one;
+    @one = $inference->forward_cache($one_cache, [$_]) for @last;
+    my $multi_cache = $inference->create_kv_cache;
+    $inference->forward_cache($multi_cache, \@prefix);
+    my @multi = $inference->forward_cache($multi_cache, \@last);
+    return max(map { abs($one[$_] - $multi[$_]) } 0 .. $#one);
+}
+
 for my $name (@MODELS) {
     subtest "greedy equals plain greedy: $name" => sub {
         my $model = Lugh::Model->new(model => model_path($name));
@@ -219,9 +237,16 @@ for my $name (@MODELS) {
                 my @ids = $main->generate(\@p, max_tokens => $at + 1, greedy => 1, logprobs => 2);
                 my $top = $main->last_stats->{logprobs}[$at]{top};
                 my $margin = $top->[0]{logprob} - $top->[1]{logprob};
-                diag sprintf '%s: parts from plain greedy at token %d, where its two best tokens are %.3f apart',
-                    $what, $at, $margin;
-                cmp_ok($margin, '<', $NEAR_TIE, "$what: parts at a near tie");
+                # A verification pass of k + 1 rows may go through kernels that
+                # round otherwise than a decode step's: the two best tokens
+                # can swap where they are closer than twice the largest
+                # difference those kernels make here (measured, as it depends
+                # on the CPU's kernels), or than $NEAR_TIE.
+                my $rows = $spec->k + 1;
+                my $spread = row_kernel_spread($main, [ @p, @plain[ 0 .. $at - 1 ] ], $rows);
+                diag sprintf '%s: parts from plain greedy at token %d, where its two best tokens are %.3f apart '
+                    . '(one-row and %d-row logits differ by up to %.3f there)', $what, $at, $margin, $rows, $spread;
+                cmp_ok($margin, '<', max($NEAR_TIE, 2 * $spread), "$what: parts at a near tie");
                 is($out->[$at], $top->[1]{token}, "$what: for plain greedy's runner-up");
             }
         }
