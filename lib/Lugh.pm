@@ -90,15 +90,22 @@ sub cpu_features {
     return \%cpu;
 }
 
+# 'auto' (what Inference->new picks by default) is listed as Lugh 0.12 listed
+# it, after the real backends; it is not counted as one.
+sub available_backends {
+    Lugh::_croak('Usage: Lugh::available_backends()') if @_;
+    return (_available_backends(), 'auto');
+}
+
 sub backend_count {
     Lugh::_croak('Usage: Lugh::backend_count()') if @_;
-    return scalar(my @all = available_backends());
+    return scalar(my @all = _available_backends());
 }
 
 sub backend_device_count {
     Lugh::_croak('Usage: Lugh::backend_device_count()') if @_;
     my $count = 0;
-    $count += backend_info($_)->{device_count} for available_backends();
+    $count += backend_info($_)->{device_count} for _available_backends();
     return $count;
 }
 
@@ -112,7 +119,7 @@ sub has_metal {
 
 sub metal_available {
     Lugh::_croak('Usage: Lugh::metal_available()') if @_;
-    return (grep { $_ =~ $METAL } available_backends()) ? 1 : 0;
+    return (grep { $_ =~ $METAL } _available_backends()) ? 1 : 0;
 }
 
 sub has_rpc {
@@ -152,7 +159,7 @@ sub rpc_server {
 sub backend_info {
     my ($name) = @_;
     Lugh::_croak('Usage: Lugh::backend_info($name)') unless @_ == 1 && defined $name;
-    my %info = _backend_info($name);
+    my %info = _backend_info(lc $name eq 'auto' ? best_backend() : $name);
     return undef unless %info;
     my @keys = qw(name description memory_free memory_total);
     $info{devices} = [ map { my $d = $_; +{ map { $keys[$_] => $d->[$_] } 0 .. $#keys } } @{ $info{devices} } ];
@@ -292,21 +299,24 @@ C<< Lugh::Inference->new >>, naming it and listing these.
 
 =head2 available_backends
 
-    my @names = Lugh::available_backends();    # ("CPU")
+    my @names = Lugh::available_backends();    # ("CPU", "auto")
 
 The names of the ggml compute backends compiled into this build that have at
-least one usable device now. Read from ggml's backend registry. The default
-build has C<CPU> alone; C<LUGH_BACKENDS=vulkan,blas,rpc perl Makefile.PL>
-adds C<Vulkan>, C<BLAS> and C<RPC> (see README.pod). ggml's Vulkan backend
-lists GPUs only, unless C<GGML_VK_VISIBLE_DEVICES> (set before Lugh is
-loaded) names devices by index: C<GGML_VK_VISIBLE_DEVICES=0> makes a
-software driver such as Mesa's lavapipe available as C<Vulkan0>.
+least one usable device now, read from ggml's backend registry, followed by
+C<auto>: the name that lets L<Lugh::Inference/new> pick the best of them
+(L</best_backend>), listed as Lugh 0.12 listed it. The default build has
+C<CPU> alone; C<LUGH_BACKENDS=vulkan,blas,rpc perl Makefile.PL> adds
+C<Vulkan>, C<BLAS> and C<RPC> (see README.pod). ggml's Vulkan backend lists
+GPUs only, unless C<GGML_VK_VISIBLE_DEVICES> (set before Lugh is loaded)
+names devices by index: C<GGML_VK_VISIBLE_DEVICES=0> makes a software driver
+such as Mesa's lavapipe available as C<Vulkan0>.
 
 =head2 backend_count
 
     printf "%d backend(s)\n", Lugh::backend_count();    # 1 (the CPU)
 
-The number of available backends (those L</available_backends> lists).
+The number of available backends: those L</available_backends> lists, less
+C<auto>, which is not a backend of its own.
 
 =head2 backend_device_count
 
@@ -364,7 +374,8 @@ for any other host the announcement starts with a warning saying so.
 
     print "CUDA here\n" if Lugh::backend_available('CUDA');
 
-True when the named backend (case-insensitive) is available.
+1 when the named backend (case-insensitive) is available, else 0. C<auto> is
+always available.
 
 =head2 best_backend
 
@@ -386,7 +397,8 @@ CPU's operations). C<memory_free> and C<memory_total> are bytes over all its
 devices, as the backend reports them (the CPU's are the machine's memory; 0
 where a backend has none of its own), and C<devices> is an array of C<{name,
 description, memory_free, memory_total}>, one per device. The CPU backend's
-hash also has C<kernel_variant>, as L</cpu_features> gives it.
+hash also has C<kernel_variant>, as L</cpu_features> gives it. For C<auto>,
+the hash of the backend it picks (L</best_backend>).
 
 =head2 cpu_features
 

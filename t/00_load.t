@@ -11,7 +11,8 @@ my @backends = Lugh::available_backends();
 ok(scalar(grep { $_ eq 'CPU' } @backends), 'CPU backend available') or diag "backends: @backends";
 ok(Lugh::backend_available('CPU'), 'backend_available(CPU)');
 ok(Lugh::backend_available('cpu'), 'backend names are case-insensitive');
-ok(!Lugh::backend_available('NoSuchBackend'), 'unknown backend is not available');
+is(Lugh::backend_available('NoSuchBackend'), 0, 'unknown backend is not available: 0');
+is(Lugh::backend_available('auto'), 1, 'auto is always available');
 ok(defined Lugh::best_backend(), 'best_backend defined');
 ok((grep { $_ eq Lugh::best_backend() } @backends), 'best backend is an available one');
 

@@ -9,7 +9,8 @@ use Lugh;
 # a session, and the options that share layers out over devices, refused
 # with a message where they cannot apply.
 
-my @available = Lugh::available_backends();
+my @available = grep { $_ ne 'auto' } Lugh::available_backends();
+is(Lugh::backend_info('auto')->{name}, Lugh::best_backend(), 'auto: the information of the backend it picks');
 ok((grep { $_ eq 'CPU' } @available), 'the CPU backend is always there');
 for my $name (@available) {
     my $info = Lugh::backend_info($name);

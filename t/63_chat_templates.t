@@ -131,10 +131,13 @@ subtest 'fixed formats' => sub {
     );
     for my $format (sort keys %want) {
         my $p = Lugh::Prompt->new(format => $format);
-        is($p->apply(@conversation, add_generation_prompt => 1), $want{$format}, $format);
+        is($p->apply(@conversation, add_generation_prompt => 1, add_bos => 0), $want{$format}, $format);
     }
-    is(Lugh::Prompt->new(format => 'llama3')->apply({ role => 'user', content => 'x' }, add_bos => 1),
-        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>", 'add_bos');
+    is(Lugh::Prompt->new(format => 'llama3')->apply({ role => 'user', content => 'x' }, add_generation_prompt => 0),
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>", 'add_bos on by default (0.12)');
+    is(Lugh::Prompt->new(format => 'llama3')->apply({ role => 'user', content => 'x' }, add_bos => 0),
+        "<|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        'add_generation_prompt on by default (0.12); add_bos => 0');
     is(Lugh::Prompt::chatml({ role => 'user', content => 'Hi' }), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
         'the functional shortcut');
     is(Lugh::Prompt->new(format => 'chatml')->format_message(user => 'Hi'), "<|im_start|>user\nHi<|im_end|>\n",

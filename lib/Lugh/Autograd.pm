@@ -11,6 +11,8 @@ our $VERSION = '0.20';
 # Whether ops record what they were computed from (for backward).
 our $GRAD_ENABLED = 1;
 
+require Lugh::Autograd::Tensor;
+
 sub is_grad_enabled { return $GRAD_ENABLED ? 1 : 0 }
 
 sub set_grad_enabled {
@@ -22,29 +24,6 @@ sub set_grad_enabled {
 
 sub no_grad(&)     { local $GRAD_ENABLED = 0; return $_[0]->() }
 sub enable_grad(&) { local $GRAD_ENABLED = 1; return $_[0]->() }
-
-package Lugh::Autograd::Tensor;
-
-our $VERSION = '0.20';
-
-# new($ctx, $type, @dims, {requires_grad => 1}): the options hash may stand anywhere after the type.
-sub new {
-    my ($class, $ctx, $type, @rest) = @_;
-    Lugh::_croak('Usage: Lugh::Autograd::Tensor->new($ctx, $type, @dims, { requires_grad => 1 })')
-        unless defined $type;
-    my %opt;
-    my @dims;
-    for my $arg (@rest) {
-        if (ref $arg eq 'HASH') { %opt = (%opt, %$arg) }
-        else { push @dims, $arg }
-    }
-    if (my @unknown = grep { $_ ne 'requires_grad' } sort keys %opt) {
-        Lugh::_croak("Lugh::Autograd::Tensor->new: unknown option '$unknown[0]' (valid options: requires_grad)");
-    }
-    return _new($class, $ctx, $type, $opt{requires_grad} ? 1 : 0, @dims);
-}
-
-sub CLONE_SKIP { 1 }
 
 package Lugh::Autograd::Ops;
 
@@ -139,100 +118,8 @@ Runs the block with recording on.
 
 =head1 Lugh::Autograd::Tensor
 
-=head2 new
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 4, 2, { requires_grad => 1 });
-    print join('x', $t->shape), "\n";    # 4x2
-
-C<new($ctx, $type, @dims, { requires_grad =E<gt> 1 })>: a zero-filled leaf
-of type C<'f32'>, C<'f16'> or C<'i32'> with 1 to 4 extents (ggml order);
-the options hash may stand anywhere after the type. Only an F32 tensor can
-require a gradient.
-
-=head2 requires_grad
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 2);
-    $t->requires_grad(1);
-    print $t->requires_grad ? "yes\n" : "no\n";    # yes
-
-Reads, or (on a leaf) sets, whether the tensor's gradient is wanted.
-
-=head2 grad
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 2, { requires_grad => 1 });
-    print join(',', @{ $t->grad }), "\n";    # 0,0
-
-The gradient as an array reference (ne0 fastest): zeros before any
-C<backward>, C<undef> for a tensor that does not require one. Op results on
-the way to the loss have theirs too.
-
-=head2 zero_grad
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 1, { requires_grad => 1 });
-    $t->backward;
-    $t->zero_grad;
-    print $t->grad->[0], "\n";    # 0
-
-=head2 set_data
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 2);
-    $t->set_data(1.5, 2.5);
-    print join(',', $t->get_data), "\n";    # 1.5,2.5
-
-Exactly C<nelements> values (or one array reference of them).
-
-=head2 get_data
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 3);
-    print scalar(my @v = $t->get_data), "\n";    # 3
-
-=head2 nelements
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    print Lugh::Autograd::Tensor->new($ctx, 'f32', 3, 4)->nelements, "\n";    # 12
-
-=head2 shape
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    print join(',', Lugh::Autograd::Tensor->new($ctx, 'f32', 3, 4)->shape), "\n";    # 3,4
-
-=head2 is_leaf
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $w = Lugh::Autograd::Tensor->new($ctx, 'f32', 2, { requires_grad => 1 });
-    my $y = Lugh::Autograd::Ops->silu($ctx, $w);
-    print $w->is_leaf && !$y->is_leaf ? "yes\n" : "no\n";    # yes
-
-True for a tensor made by C<new>, false for an op result that recorded its
-operands.
-
-=head2 backward
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $w = Lugh::Autograd::Tensor->new($ctx, 'f32', 2, { requires_grad => 1 });
-    $w->set_data(3, 4);
-    my $sq = Lugh::Autograd::Ops->mul($ctx, $w, $w);
-    $sq->backward(1, 10);    # the gradient of each element of $sq
-    print join(',', @{ $w->grad }), "\n";    # 6,80
-
-Back-propagates from this tensor. Without arguments, a one-element tensor
-starts from gradient 1 and a larger one from all ones (the gradient of its
-sum); with C<nelements> values, from those. Croaks on a tensor that does not
-require a gradient.
-
-=head2 tensor
-
-    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
-    my $t = Lugh::Autograd::Tensor->new($ctx, 'f32', 2);
-    print ref $t->tensor, "\n";    # Lugh::Tensor
-
-The values as a L<Lugh::Tensor> (shared, not copied), for L<Lugh::Ops>.
+The tensors themselves: see L<Lugh::Autograd::Tensor> (loaded with this
+module).
 
 =head1 Lugh::Autograd::Ops
 
@@ -300,6 +187,6 @@ differentiate.
 
 =head1 SEE ALSO
 
-L<Lugh::Optimizer>, L<Lugh::Tensor>, L<Lugh::Ops>
+L<Lugh::Autograd::Tensor>, L<Lugh::Optimizer>, L<Lugh::Tensor>, L<Lugh::Ops>
 
 =cut

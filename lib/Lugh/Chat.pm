@@ -205,7 +205,9 @@ sub _fitting_prompt {
 
 sub _tokens {
     my ($self) = @_;
-    my $text = $self->{prompt}->apply(@{ $self->{messages} }, add_generation_prompt => 1);
+    # A fixed format writes its BOS text by default; the tokenizer's rule decides here.
+    my @fixed = defined $self->{prompt}->template ? () : (add_bos => 0);
+    my $text = $self->{prompt}->apply(@{ $self->{messages} }, add_generation_prompt => 1, @fixed);
     my $tokenizer = $self->{tokenizer};
     my @ids = $tokenizer->encode($text, parse_special => 1, add_special => 0);
     # Templates write the BOS token themselves when the model wants one; add

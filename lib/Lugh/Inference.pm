@@ -432,15 +432,21 @@ outside [0, 1], repeat_penalty <= 0, a NaN logit).
 
     my $id = $inference->sample_top_p(\@logits, temperature => 0.8, top_p => 0.95);
 
+    my $id = $inference->sample_top_p(\@logits, 0.9, 1.0);    # top_p, temperature
+
 Nucleus sampling only (no top-k). Options: C<temperature> (0.8), C<top_p>
-(0.95), C<seed>.
+(0.95), C<seed>. The positional form, C<top_p> then C<temperature> after the
+logits, is the one Lugh 0.12's own tests used (0.12 itself ignored the
+values; this Lugh applies them).
 
 =head2 sample_top_k
 
     my $id = $inference->sample_top_k(\@logits, temperature => 0.8, top_k => 40);
 
+    my $id = $inference->sample_top_k(\@logits, 40, 1.0);      # top_k, temperature
+
 Top-k sampling only (no top-p). Options: C<temperature> (0.8), C<top_k> (40),
-C<seed>.
+C<seed>. Positionally, C<top_k> then C<temperature>, as for L</sample_top_p>.
 
 =head1 GENERATION
 

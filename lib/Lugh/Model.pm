@@ -57,7 +57,7 @@ sub create {
 sub get_trainable_weights {
     my ($self, @ctx) = @_;
     Lugh::_croak('Usage: $model->get_trainable_weights([$ctx])') if @ctx > 1;
-    my %weights = _trainable_weights($self, @ctx);
+    tie my %weights, 'Lugh::Model::TrainableWeights', _trainable_weights($self, @ctx);
     return \%weights;
 }
 
@@ -77,6 +77,27 @@ sub arch_type { return $_[0]->architecture }
 
 # Objects hold native state that must not be copied into a new thread.
 sub CLONE_SKIP { 1 }
+
+
+# The hash get_trainable_weights returns: name => tensor, plus Lugh 0.12's
+# `_n_tensors` (their count), which 0.12 scripts read or delete before taking
+# the values. Like a DBI handle's attributes, it answers by name but is not
+# among the keys, so `values %$weights` is the tensors alone.
+package Lugh::Model::TrainableWeights;
+
+my $COUNT = '_n_tensors';
+
+sub TIEHASH  { my ($class, %weights) = @_; return bless { weights => \%weights }, $class }
+sub FETCH    { my ($self, $key) = @_; return $key eq $COUNT ? scalar(keys %{ $self->{weights} }) : $self->{weights}{$key} }
+sub STORE    { my ($self, $key, $value) = @_; $self->{weights}{$key} = $value unless $key eq $COUNT; return }
+sub EXISTS   { my ($self, $key) = @_; return $key eq $COUNT || exists $self->{weights}{$key} }
+sub DELETE   { my ($self, $key) = @_; return $key eq $COUNT ? $self->FETCH($key) : delete $self->{weights}{$key} }
+sub CLEAR    { %{ $_[0]{weights} } = () }
+sub FIRSTKEY { my ($self) = @_; my $reset = keys %{ $self->{weights} }; return each %{ $self->{weights} } }
+sub NEXTKEY  { return each %{ $_[0]{weights} } }
+sub SCALAR   { return scalar %{ $_[0]{weights} } }
+
+package Lugh::Model;
 
 1;
 
@@ -187,7 +208,10 @@ written beside it and renamed into place.
     my $opt = Lugh::Optimizer::AdamW->new(lr => 1e-3, params => [ values %$weights ]);
 
 The weights L<Lugh::Train/forward> trains with C<train_full =E<gt> 1>, as
-a hash of GGUF name to L<Lugh::Autograd::Tensor>: f32 copies of every f32
+a hash of GGUF name to L<Lugh::Autograd::Tensor>. C<< $weights->{_n_tensors} >>
+is their count, as in Lugh 0.12; it is not among the hash's keys, so
+C<values %$weights> is the tensors alone (and a 0.12 script's C<delete
+$weights-E<gt>{_n_tensors}> still returns the count). The tensors are f32 copies of every f32
 tensor of the file (all of a model made by L</create>; the norms and
 biases of a quantized one; RoPE factors excepted). They are made on the
 first call, in the L<Lugh::Context> given or one of their own, and every

@@ -120,7 +120,7 @@ sub has_format {
 sub get_format {
     my ($name) = @_ == 2 ? @_[ 1 .. 1 ] : @_;
     return undef unless defined $name && $FORMATS{$name};
-    return { %{ $FORMATS{$name} } };
+    return { %{ $FORMATS{$name} }, name => $name };
 }
 
 sub format_for_architecture {
@@ -165,7 +165,9 @@ sub _fixed {
         my $m = shift @list;
         $system = $f->{system_prefix} . ($m->{content} // '') . $f->{system_suffix};
     }
-    my $out = $vars->{add_bos} ? $f->{bos} : '';
+    # Lugh 0.12's defaults for its fixed formats: both on (see apply's POD)
+    my %flag = (add_generation_prompt => 1, add_bos => 1, %$vars);
+    my $out = $flag{add_bos} ? $f->{bos} : '';
     my $first_user = 1;
     for my $m (@list) {
         my $kind = $m->{role} =~ /\A(?:system|user|assistant)\z/ ? $m->{role} : 'user';
@@ -178,7 +180,7 @@ sub _fixed {
         }
         $out .= $prefix . $content . $f->{"${kind}_suffix"};
     }
-    $out .= $f->{generation_prompt} if $vars->{add_generation_prompt};
+    $out .= $f->{generation_prompt} if $flag{add_generation_prompt};
     return $out;
 }
 
@@ -251,7 +253,7 @@ Lugh::Prompt - chat prompts: the model's own Jinja template, or a fixed format
     );
 
     my $chatml = Lugh::Prompt->new(format => 'chatml');     # a fixed format
-    print $chatml->apply({ role => 'user', content => 'Hi' }, add_generation_prompt => 1);
+    print $chatml->apply({ role => 'user', content => 'Hi' });   # with the generation prompt
     print Lugh::Prompt::llama3({ role => 'user', content => 'Hi' });
 
     my $custom = Lugh::Prompt->new(template => '{% for m in messages %}{{ m.role }}: {{ m.content }}
@@ -303,9 +305,20 @@ The rendered conversation. Messages are hash references with C<role> and
 C<content> (and whatever else the template reads, such as C<tool_calls>).
 After them come the template's variables: C<add_generation_prompt> (the
 start of the assistant's turn), C<tools>, and any other name the template
-reads. A fixed format takes only C<add_generation_prompt> and C<add_bos>
-(write the format's BOS text first; off by default, because the tokenizer
-adds the BOS token itself).
+reads. A Jinja template gets them as given, C<add_generation_prompt>
+false when not given, as transformers does.
+
+A fixed format (C<< format => >>, or a model without a template) takes only
+C<add_generation_prompt> and C<add_bos> (write the format's BOS text first),
+and both are B<on by default>, as in Lugh 0.12, so that a 0.12 script's
+C<< $p->apply(@messages) >> still ends with the assistant's turn. Give
+C<< add_bos => 0 >> when the text goes to a tokenizer that adds the BOS token
+itself (C<< $tokenizer->encode($text) >> with the model's C<add_bos>), or
+encode with C<< add_special => 0, parse_special => 1 >>, which reads the BOS
+text as the BOS token once:
+
+    my $p = Lugh::Prompt->new(format => 'llama3');
+    print $p->apply({ role => 'user', content => 'Hi' }, add_bos => 0, add_generation_prompt => 0);
 
 =head2 format_name
 
@@ -336,7 +349,8 @@ One message in a fixed format.
     my $f = Lugh::Prompt->get_format('chatml');
     print $f->{user_prefix};                               # <|im_start|>user\n
 
-The format's pieces as a hash reference: C<system_prefix>,
+The format's pieces as a hash reference: C<name> (the format's name, as
+in Lugh 0.12), C<system_prefix>,
 C<system_suffix>, C<user_prefix>, C<user_suffix>, C<assistant_prefix>,
 C<assistant_suffix>, C<generation_prompt>, C<bos>, and C<fold_system> (the
 system text goes into the first user message) and C<first_user_prefix>

@@ -119,6 +119,19 @@ A tensor of any type: a L<Lugh::Quant> constant, a type id, or a type
 name (C<'q4_K'>, C<'f16'>, in either case). A quantized tensor's C<ne0>
 must be a multiple of its block size.
 
+=head2 from_ptr
+
+    my $ctx = Lugh::Context->new(mem_size => 1024 * 1024);
+    my $w = Lugh::Autograd::Tensor->new($ctx, 'f32', 2);
+    my $t = Lugh::Tensor->from_ptr($w->_raw_tensor_ptr);
+    print join(',', $t->shape), "\n";    # 2
+
+The L<Lugh::Tensor> behind the handle that
+L<Lugh::Autograd::Tensor/_raw_tensor_ptr> gave (Lugh 0.12's spelling of
+C<< $w->tensor >>): it shares the autograd tensor's values. It croaks on a
+number that is no such handle, and on the handle of an autograd tensor that
+has been freed.
+
 =head1 DATA
 
 =head2 set_f32

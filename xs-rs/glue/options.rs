@@ -81,6 +81,20 @@ impl Given {
         Ok(Given { pairs: given.into_iter().map(|(name, sv, _)| (name, sv)).collect() })
     }
 
+    /// Reads `items` as values in the order of `names` (a method's
+    /// positional form, as Lugh 0.12 took some options).
+    pub fn positional(items: &[Sv], names: &[&'static str]) -> Result<Given, Error> {
+        if items.len() > names.len() {
+            return Err(Error::Argument(format!(
+                "takes at most {} values after the logits ({}), got {}",
+                names.len(),
+                names.join(", "),
+                items.len()
+            )));
+        }
+        Ok(Given { pairs: names.iter().copied().zip(items.iter().copied()).collect() })
+    }
+
     /// Reads `items` against `table` and stores each defined value in
     /// `target`: a method with one table of options.
     pub fn read_into<T>(perl: Perl, items: &[Sv], table: &[Opt<T>], target: &mut T) -> Result<Given, Error> {

@@ -103,6 +103,16 @@ xs_subs! { "Lugh::Autograd::Tensor";
         Ok(Ret::One(args.perl().bool(this(args)?.is_leaf())))
     }
 
+    fn id(args) as "Lugh::Autograd::Tensor->id" {
+        args.expect(1, 1, "self")?;
+        Ok(Ret::One(args.perl().uint(this(args)?.id())))
+    }
+
+    fn _raw_tensor_ptr(args) as "Lugh::Autograd::Tensor->_raw_tensor_ptr" {
+        args.expect(1, 1, "self")?;
+        Ok(Ret::One(args.perl().uint(this(args)?.raw_handle())))
+    }
+
     fn tensor(args) as "Lugh::Autograd::Tensor->tensor" {
         args.expect(1, 1, "self")?;
         let perl = args.perl();

@@ -395,8 +395,16 @@ fn valid_names(
 }
 
 /// sample(), sample_top_p() and sample_top_k(): `only` limits the sampling
-/// options accepted, `fixed` sets the ones the method's name implies.
-fn sample_with(args: &Args, only: Option<&[&str]>, fixed: fn(&mut SamplerOptions)) -> XsResult {
+/// options accepted, `fixed` sets the ones the method's name implies, and
+/// `positional` names the values of Lugh 0.12's positional form
+/// (`sample_top_p(\@logits, 0.9, 1.0)`), taken when the first argument
+/// after the logits is a number rather than an option name.
+fn sample_with(
+    args: &Args,
+    only: Option<&[&str]>,
+    positional: &[&'static str],
+    fixed: fn(&mut SamplerOptions),
+) -> XsResult {
     if args.len() < 2 {
         return Err(XsError::Message(format!("Usage: {}($logits, name => value, ...)", args.method())));
     }
@@ -407,7 +415,14 @@ fn sample_with(args: &Args, only: Option<&[&str]>, fixed: fn(&mut SamplerOptions
     if only.is_none() {
         valid.extend(names(SAMPLE_OPTIONS));
     }
-    let given = Given::read(perl, &args.rest(2), &valid)?;
+    let rest = args.rest(2);
+    let numeric_first = rest.first().is_some_and(|&sv| {
+        perl.is_defined(sv) && perl.ref_kind(sv) == 0 && perl.string_arg(sv, "").is_ok_and(|s| s.trim().parse::<f64>().is_ok())
+    });
+    let given = match numeric_first && !positional.is_empty() {
+        true => Given::positional(&rest, positional)?,
+        false => Given::read(perl, &rest, &valid)?,
+    };
     let mut extra = SampleArgs { n_vocab, history: None };
     given.apply(perl, SAMPLE_OPTIONS, &mut extra)?;
     let mut options = SamplerOptions::default();
@@ -572,15 +587,15 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn sample(args) as "Lugh::Inference->sample" {
-        sample_with(args, None, |_| {})
+        sample_with(args, None, &[], |_| {})
     }
 
     fn sample_top_p(args) as "Lugh::Inference->sample_top_p" {
-        sample_with(args, Some(&["temperature", "top_p", "seed"]), |o| o.top_k = 0)
+        sample_with(args, Some(&["temperature", "top_p", "seed"]), &["top_p", "temperature"], |o| o.top_k = 0)
     }
 
     fn sample_top_k(args) as "Lugh::Inference->sample_top_k" {
-        sample_with(args, Some(&["temperature", "top_k", "seed"]), |o| o.top_p = 1.0)
+        sample_with(args, Some(&["temperature", "top_k", "seed"]), &["top_k", "temperature"], |o| o.top_p = 1.0)
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {

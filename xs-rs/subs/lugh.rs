@@ -33,7 +33,8 @@ xs_subs! { "Lugh";
         Ok(Ret::List(crate::engine::model::arch::ARCHITECTURES.iter().map(|a| perl.str(a.name)).collect()))
     }
 
-    fn available_backends(args) {
+    // The backends with a device; Lugh.pm's available_backends adds 'auto'.
+    fn _available_backends(args) as "Lugh::available_backends" {
         args.expect(0, 0, "")?;
         let perl = args.perl();
         Ok(Ret::List(backend::available().iter().map(|b| perl.str(&b.name)).collect()))
@@ -43,7 +44,9 @@ xs_subs! { "Lugh";
         args.expect(1, 1, "name")?;
         let perl = args.perl();
         let name = perl.string_arg(args.get(0), "backend name")?;
-        Ok(Ret::One(perl.bool(backend::find(&name).is_some())))
+        // 'auto' always resolves (to best_backend); 1 or 0, as Lugh 0.12 returned
+        let available = name.eq_ignore_ascii_case("auto") || backend::find(&name).is_some();
+        Ok(Ret::One(perl.int(available as i64)))
     }
 
     fn _registered_backends(args) {

@@ -63,6 +63,17 @@ xs_subs! { "Lugh::Tensor";
         Ok(Ret::One(new_object(perl, &class, t)))
     }
 
+    // Lugh 0.12's way to an autograd tensor's Lugh::Tensor: the "pointer" is
+    // a token that resolves only while its owner lives.
+    fn from_ptr(args) as "Lugh::Tensor->from_ptr" {
+        args.expect(2, 2, "class, handle")?;
+        let perl = args.perl();
+        let class = perl.class_arg(args.get(0))?;
+        let token = perl.int_arg(args.get(1), "handle")?;
+        let t = crate::engine::train::autograd::Variable::tensor_for_handle(token)?;
+        Ok(Ret::One(new_object(perl, &class, t)))
+    }
+
     fn set_f32(args) as "Lugh::Tensor->set_f32" {
         let t = this(args)?;
         let perl = args.perl();

@@ -10,14 +10,16 @@ use crate::engine::tensor::ops::{self as tensor_ops, Binary, Unary};
 use crate::engine::tensor::{TensorContext, TensorHandle, Values};
 use crate::engine::train::pass::TrainingPass;
 use crate::engine::Error;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 const F32: i64 = 0;
 
 /// An autograd tensor (Lugh::Autograd::Tensor).
 pub struct Variable {
+    /// Unique in the process, never reused: see [`Variable::id`].
+    id: u64,
     value: Arc<TensorHandle>,
     requires_grad: AtomicBool,
     /// What it was computed from (empty for a leaf, or when not recorded).
@@ -62,15 +64,7 @@ impl Variable {
         dims: &[i64],
         requires_grad: bool,
     ) -> Result<Arc<Variable>, Error> {
-        let value = TensorHandle::new(ctx, type_id, dims)?;
-        let v = Arc::new(Variable {
-            value,
-            requires_grad: AtomicBool::new(false),
-            inputs: Vec::new(),
-            grad: Mutex::new(None),
-            pass: None,
-            registered: Mutex::new(None),
-        });
+        let v = Variable::node(TensorHandle::new(ctx, type_id, dims)?, false, Vec::new(), None);
         v.set_requires_grad(requires_grad)?;
         Ok(v)
     }
@@ -90,13 +84,47 @@ impl Variable {
         let bytes: Vec<u8> = pass.logits().iter().flat_map(|v| v.to_le_bytes()).collect();
         value.set_bytes(&bytes)?;
         let tracked = record && params.iter().any(|p| p.requires_grad());
-        Ok(Arc::new(Variable {
+        Ok(Variable::node(value, tracked, params, tracked.then_some(pass)))
+    }
+
+    /// A new variable; `inputs` are kept only when `tracked`.
+    fn node(value: Arc<TensorHandle>, tracked: bool, inputs: Vec<Arc<Variable>>, pass: Option<TrainingPass>) -> Arc<Self> {
+        Arc::new(Variable {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             value,
             requires_grad: AtomicBool::new(tracked),
-            inputs: if tracked { params } else { Vec::new() },
+            inputs: if tracked { inputs } else { Vec::new() },
             grad: Mutex::new(None),
-            pass: tracked.then(|| Mutex::new(pass)),
+            pass: pass.map(Mutex::new),
             registered: Mutex::new(None),
+        })
+    }
+
+    /// A number that names this variable for its life and is never given to
+    /// another one (Lugh 0.12's `id`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A token for Lugh 0.12's `_raw_tensor_ptr`: not an address, but the
+    /// id, which [`Variable::tensor_for_handle`] resolves while this
+    /// variable lives. A forged or stale token can name no other tensor.
+    pub fn raw_handle(self: &Arc<Self>) -> u64 {
+        handles().insert(self.id, Arc::downgrade(self));
+        self.id
+    }
+
+    /// The tensor of the variable whose [`Variable::raw_handle`] is `token`.
+    pub fn tensor_for_handle(token: i64) -> Result<Arc<TensorHandle>, Error> {
+        // the lock is released before `v` can be dropped (Drop takes it)
+        let live = u64::try_from(token).ok().and_then(|id| handles().get(&id).and_then(Weak::upgrade));
+        if let Some(v) = live {
+            return Ok(v.value.clone());
+        }
+        Err(Error::Argument(if token > 0 && (token as u64) < NEXT_ID.load(Ordering::Relaxed) {
+            format!("handle {token} is stale: its Lugh::Autograd::Tensor was freed, or gave no handle")
+        } else {
+            format!("{token} is not a handle from a Lugh::Autograd::Tensor's _raw_tensor_ptr")
         }))
     }
 
@@ -309,14 +337,24 @@ pub fn apply(ctx: &Arc<TensorContext>, op: Op, inputs: &[Arc<Variable>], record:
     };
     compute_pending(&value)?;
     let tracked = record && inputs.iter().any(|i| i.requires_grad());
-    Ok(Arc::new(Variable {
-        value,
-        requires_grad: AtomicBool::new(tracked),
-        inputs: if tracked { inputs.to_vec() } else { Vec::new() },
-        grad: Mutex::new(None),
-        pass: None,
-        registered: Mutex::new(None),
-    }))
+    Ok(Variable::node(value, tracked, inputs.to_vec(), None))
+}
+
+/// Ids start at 1: Lugh 0.12's were positive.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The variables that gave a raw handle, by id; an entry leaves with its
+/// variable (Drop), so the map holds only live ones.
+static HANDLES: LazyLock<Mutex<HashMap<u64, Weak<Variable>>>> = LazyLock::new(Mutex::default);
+
+fn handles() -> MutexGuard<'static, HashMap<u64, Weak<Variable>>> {
+    HANDLES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Drop for Variable {
+    fn drop(&mut self) {
+        handles().remove(&self.id);
+    }
 }
 
 /// Σ(p - t)² / n, with t read in p's shape (the element counts must agree).
