@@ -66,7 +66,7 @@ xs_subs! { "Lugh::Tensor";
     // Lugh 0.12's way to an autograd tensor's Lugh::Tensor: the "pointer" is
     // a token that resolves only while its owner lives.
     fn from_ptr(args) as "Lugh::Tensor->from_ptr" {
-        args.expect(2, 2, "class, handle")?;
+        args.expect(2, 2, "handle")?;
         let perl = args.perl();
         let class = perl.class_arg(args.get(0))?;
         let token = perl.int_arg(args.get(1), "handle")?;
