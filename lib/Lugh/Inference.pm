@@ -59,7 +59,8 @@ sub _forward_any {
             . ' or name => value pairs') if @args % 2;
     my %named = @args;
     for my $key (sort keys %named) {
-        Lugh::_croak("$method: unknown option '$key' (valid options: " . join(', ', sort keys %known) . ')')
+        my $hint = $spec->{batch} && $key eq 'cache' ? 'use caches => [...], an array of one cache per sequence, not cache; ' : '';
+        Lugh::_croak("$method: unknown option '$key' (${hint}valid options: " . join(', ', sort keys %known) . ')')
             unless $known{$key};
         Lugh::_croak("$method: $key given twice") if exists $opt{$key};
         $opt{$key} = $named{$key};
@@ -75,7 +76,8 @@ sub _forward_any {
     }
     Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
         if exists $opt{caches};
-    Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
+    # "requires tokens": the words Lugh 0.12's message had, which its scripts match
+    Lugh::_croak("$method: missing tokens: it requires tokens => [...] (an array of token ids)") unless defined $opt{tokens};
     return _forward($self, %opt, all => $spec->{all} ? 1 : 0);
 }
 

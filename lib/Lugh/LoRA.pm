@@ -38,8 +38,8 @@ sub create {
     my %opt = Lugh::_options('Lugh::LoRA->create', \%CREATE_VALID, @args);
     my %given = @args;
     Lugh::_croak("Lugh::LoRA->create requires 'model' parameter (a Lugh::Model)") unless defined $opt{model};
-    Lugh::_croak('Lugh::LoRA->create: rank must be an integer between 1 and 256, got '
-        . (defined $opt{rank} ? $opt{rank} : 'undef'))
+    Lugh::_croak('Lugh::LoRA->create: rank must be between 1 and 256, got '
+        . (defined $opt{rank} ? $opt{rank} : 'undef') . ' (an integer)')
         if exists $given{rank}
         && !(defined $opt{rank} && $opt{rank} =~ /\A[0-9]+\z/ && $opt{rank} >= 1 && $opt{rank} <= 256);
     # no targets, or an empty list: the table's default (attn_q, attn_v)

@@ -143,6 +143,12 @@ pub(crate) const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
     Opt::new("seed", |perl, sv, o| set(&mut o.seed, count_arg(perl, sv, "seed", 0).map(|v| Some(v as u64)))),
 ];
 
+/// A forward call without tokens ("requires tokens": Lugh 0.12's words,
+/// which its scripts match).
+pub(crate) fn missing_tokens() -> Error {
+    Error::Argument("missing tokens: it requires tokens => [...] (an array of token ids)".into())
+}
+
 /// What sample() is given besides the sampling options.
 struct SampleArgs {
     n_vocab: usize,
@@ -417,7 +423,9 @@ fn sample_with(
     }
     let rest = args.rest(2);
     let numeric_first = rest.first().is_some_and(|&sv| {
-        perl.is_defined(sv) && perl.ref_kind(sv) == 0 && perl.string_arg(sv, "").is_ok_and(|s| s.trim().parse::<f64>().is_ok())
+        perl.is_defined(sv)
+            && perl.ref_kind(sv) == 0
+            && perl.string_arg(sv, "").is_ok_and(|s| s.trim().parse::<f64>().is_ok())
     });
     let given = match numeric_first && !positional.is_empty() {
         true => Given::positional(&rest, positional)?,
@@ -568,7 +576,7 @@ xs_subs! { "Lugh::Inference";
     fn _forward(args) as "Lugh::Inference->forward" {
         let (s, call) = forward_args(args, FORWARD_OPTIONS)?;
         let perl = args.perl();
-        let tokens = call.tokens.ok_or_else(|| Error::Argument("missing tokens (an array of token ids)".into()))?;
+        let tokens = call.tokens.ok_or_else(missing_tokens)?;
         let output = if call.all { Output::All } else { Output::Last };
         let mut logits = s.forward(&tokens, call.cache.as_deref(), call.pool.as_deref(), output, &call.overrides)?;
         Ok(match (output, call.as_object) {
