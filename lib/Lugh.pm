@@ -543,6 +543,15 @@ than under 0.12. Positional arguments of C<sample_top_p> and C<sample_top_k>
 (C<< ($logits, $top_p, $temperature) >>), which 0.12 accepted but ignored,
 are applied.
 
+=item A LoRA adapter's C<alpha> is read-only
+
+L<Lugh::LoRA/alpha> reports the adapter's alpha; 0.12's documentation also
+offered C<< $lora->alpha($new) >>. Why: the alpha belongs to the file (PEFT
+files give one per module); the strength of an adapter is its C<scale>,
+which multiplies the same product. For a 0.12 script's
+C<< $lora->alpha($a) >>: C<< $lora->scale($lora->scale * $a / $lora->alpha) >>
+(a bare C<.safetensors> adapter, read as 0.12 read it, has alpha 1).
+
 =item C<Lugh::VERSION>
 
 This Lugh is version 0.20; 0.12's tests compare the version with their own.

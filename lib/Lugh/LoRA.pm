@@ -104,7 +104,10 @@ C<target_modules>, C<rank_pattern>, C<alpha_pattern>, C<use_rslora>). The
 Hugging Face module names (C<model.layers.N.self_attn.q_proj>,
 C<mlp.up_proj>, C<model.embed_tokens>, C<lm_head>, ...) are mapped to the
 GGUF weights as the converter maps them, including the reordering of
-Llama's query and key rows.
+Llama's query and key rows. Without C<adapter_config.json> the file is
+read as Lugh 0.12 read it: every LoRA pair in it, each of the rank its
+tensors have, with alpha 1 (so the scale on C<B*A*x> is C<scale/rank>: give
+C<< scale => >> the adapter's C<lora_alpha> to use it as trained).
 
 =back
 
