@@ -92,6 +92,7 @@ fn within_a_second<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let out = f();
     let took = start.elapsed();
+    eprintln!("json_schema: {what}: {took:?}");
     assert!(took < Duration::from_secs(1), "{what} took {took:?}");
     out
 }
