@@ -261,7 +261,7 @@ Lugh::Prompt - chat prompts: the model's own Jinja template, or a fixed format
     );
 
     my $chatml = Lugh::Prompt->new(format => 'chatml');     # a fixed format
-    print $chatml->apply({ role => 'user', content => 'Hi' });   # with the generation prompt
+    print $chatml->apply({ role => 'user', content => 'Hi' });   # (ends with the generation prompt)
     print Lugh::Prompt::llama3({ role => 'user', content => 'Hi' });
 
     my $custom = Lugh::Prompt->new(template => '{% for m in messages %}{{ m.role }}: {{ m.content }}
