@@ -589,6 +589,8 @@ mod tests {
                 temperature: 50.0,
                 top_k: 0,
                 top_p: 1.0,
+                // llama.cpp's default min_p 0.05 would leave only the best token
+                min_p: 0.0,
                 ..SamplerOptions::default()
             },
             ..GenerateOptions::default()

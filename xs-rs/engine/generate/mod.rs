@@ -12,4 +12,5 @@ pub mod ngram;
 pub mod sampler;
 pub mod scoring;
 pub mod speculative;
+pub mod stl_sort;
 pub mod text_stream;

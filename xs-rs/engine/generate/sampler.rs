@@ -15,6 +15,7 @@
 //! seed, the seed comes from the default generator that `Lugh::srand`
 //! reseeds.
 use crate::engine::generate::logits::first_max_of_numbers;
+use crate::engine::generate::stl_sort;
 use crate::engine::model::tokenizer::{EncodeOptions, Vocab};
 use crate::engine::rng::{sampling_seed, Mt19937};
 use crate::engine::{Error, Result};
@@ -117,15 +118,10 @@ impl Candidates {
         self.logits[1..].iter().fold(self.logits[0], |m, &l| if m < l { l } else { m })
     }
 
-    /// Sorts by logit, best first; equal logits keep their order.
+    /// Sorts by logit, best first (llama.cpp's partial sort of all of
+    /// them: equal logits end where libstdc++ leaves them).
     fn sort(&mut self) {
-        let mut order = std::mem::take(&mut self.order);
-        order.clear();
-        order.extend(0..self.len());
-        order.sort_by(|&a, &b| self.logits[b].total_cmp(&self.logits[a]));
-        self.reorder(&order);
-        self.order = order;
-        self.sorted = true;
+        self.keep_best(self.len());
     }
 
     /// Keeps the candidates at `order`'s positions, in that order.
@@ -146,21 +142,22 @@ impl Candidates {
         self.probs.extend_from_slice(&self.spare_probs);
     }
 
-    /// llama.cpp's partial sort: the `n` best candidates, sorted, kept
-    /// alone. Selects first (linear time) so that only n are sorted.
+    /// llama.cpp's `llama_token_data_array_partial_sort_inplace`: the `n`
+    /// best candidates, sorted, kept alone (up to 128 by std::partial_sort,
+    /// more through its histogram of logits), exactly as it orders them.
     fn keep_best(&mut self, n: usize) {
         let n = n.min(self.len());
         if !self.sorted {
             let mut order = std::mem::take(&mut self.order);
             order.clear();
             order.extend(0..self.len());
-            // (logit, position) is a total order: equal logits keep their order
-            let better = |a: &usize, b: &usize| self.logits[*b].total_cmp(&self.logits[*a]).then(a.cmp(b));
-            if n > 0 && n < order.len() {
-                order.select_nth_unstable_by(n - 1, better);
+            if n <= 128 {
+                let logits = &self.logits;
+                stl_sort::partial_sort(&mut order, n, &mut |&a, &b| logits[a] > logits[b]);
                 order.truncate(n);
+            } else {
+                bucket_partial_sort(&self.logits, &mut order, n);
             }
-            order.sort_by(better);
             self.reorder(&order);
             self.order = order;
             self.sorted = true;
@@ -207,6 +204,55 @@ impl Candidates {
         }
         best
     }
+}
+
+/// llama.cpp's `llama_token_data_array_partial_sort` over the positions
+/// `order` (0..n): the candidates go into 128 buckets of logit over
+/// [-10, 10), only the best buckets holding `npartial` are kept, each
+/// sorted with std::sort and the last with std::partial_sort. Leaves the
+/// `npartial` best positions in `order`, best first.
+fn bucket_partial_sort(logits: &[f32], order: &mut Vec<usize>, npartial: usize) {
+    const BUCKETS: usize = 128;
+    let (low, high) = (-10.0f32, 10.0f32);
+    let scale = BUCKETS as f32 / (high - low);
+    let inter = -low * scale;
+    let bucket_of = |v: f32| truncate_to_int(scale * v + inter).clamp(0, BUCKETS as i32 - 1) as usize;
+    let buckets: Vec<usize> = logits.iter().map(|&v| bucket_of(v)).collect();
+    let mut histogram = [0usize; BUCKETS];
+    buckets.iter().for_each(|&b| histogram[b] += 1);
+    let mut have = 0;
+    let mut last = 0;
+    for b in (0..BUCKETS).rev() {
+        have += histogram[b];
+        last = b;
+        if have >= npartial {
+            break;
+        }
+    }
+    // each kept bucket's slice of `order`, best bucket first, filled in array order
+    let mut start = [0usize; BUCKETS];
+    let mut at = 0;
+    for b in (last..BUCKETS).rev() {
+        start[b] = at;
+        at += histogram[b];
+    }
+    order.clear();
+    order.resize(have, 0);
+    let mut next = start;
+    for (i, &b) in buckets.iter().enumerate() {
+        if b >= last {
+            order[next[b]] = i;
+            next[b] += 1;
+        }
+    }
+    let better = &mut |a: &usize, b: &usize| logits[*a] > logits[*b];
+    let mut done = 0;
+    for b in (last + 1..BUCKETS).rev() {
+        stl_sort::sort(&mut order[start[b]..start[b] + histogram[b]], &mut *better);
+        done += histogram[b];
+    }
+    stl_sort::partial_sort(&mut order[start[last]..start[last] + histogram[last]], npartial - done, better);
+    order.truncate(npartial);
 }
 
 /// A step of the chain, by the names llama.cpp's `--samplers` takes.
@@ -706,8 +752,9 @@ fn typical_p(p: f32, cands: &mut Candidates) {
     cands.softmax_impl(true);
     let entropy = cands.probs.iter().fold(0.0f32, |e, &q| e + -q * q.ln());
     let scores: Vec<f32> = cands.probs.iter().map(|&q| (-q.ln() - entropy).abs()).collect();
+    // libstdc++'s std::sort, as llama.cpp's: equal (or NaN) scores end in its order
     let mut order: Vec<usize> = (0..cands.len()).collect();
-    order.sort_by(|&a, &b| scores[a].partial_cmp(&scores[b]).unwrap_or(std::cmp::Ordering::Equal));
+    stl_sort::sort(&mut order, &mut |&a, &b| scores[a] < scores[b]);
     let mut sum = 0.0f32;
     let mut keep = order.len();
     for (i, &at) in order.iter().enumerate() {
@@ -859,7 +906,7 @@ fn discrete(rng: &mut Mt19937, probs: &[f32]) -> usize {
 /// A float truncated to int as x86's cvttss2si does (what llama.cpp's
 /// `int(k)` compiles to): NaN and out-of-range values give i32::MIN.
 fn truncate_to_int(x: f32) -> i32 {
-    if x.is_nan() || x >= 2_147_483_648.0 || x < -2_147_483_648.0 {
+    if !(-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         i32::MIN
     } else {
         x as i32
