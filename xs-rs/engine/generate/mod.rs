@@ -10,6 +10,7 @@ pub mod inference;
 pub mod logits;
 pub mod ngram;
 pub mod sampler;
+pub mod sampler_steps;
 pub mod scoring;
 pub mod speculative;
 pub mod stl_sort;

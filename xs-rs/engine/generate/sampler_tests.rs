@@ -2,6 +2,7 @@
 //! test cases (tests/test-sampling.cpp of b11434, where the probabilities
 //! after the step and a `dist` are checked to 1e-5), and the chain's draws.
 use super::*;
+use crate::engine::generate::sampler_steps::*;
 
 fn opts() -> SamplerOptions {
     SamplerOptions { seed: Some(1), ..SamplerOptions::default() }
@@ -126,7 +127,7 @@ fn dry_follows_llama_cpp() {
             dry_penalty_last_n: last_n,
             ..opts()
         };
-        let mut dry = Dry { breakers: DryBreakers::from_sequences(br), ..Dry::default() };
+        let mut dry = Dry::new(DryBreakers::from_sequences(br));
         after(probs, |c| dry.apply(&o, history, c))
     };
     let quarter = [0.25; 4];
