@@ -275,6 +275,22 @@ impl Perl {
         })
     }
 
+    /// A hash reference's (key, value) pairs, in the hash's order.
+    pub fn hash_arg(self, sv: Sv, what: &str) -> Result<Vec<(String, Sv)>, Error> {
+        self.checked(what, || {
+            if self.ref_kind(sv) != b'H' {
+                return Err(arg_error(what, format!("must be a HASH reference, got {}", self.describe(sv))));
+            }
+            // SAFETY: sv is a hash reference.
+            let pairs = unsafe { ffi::lugh_hv_pairs(self.0, sv) };
+            if self.ref_kind(pairs) != b'A' {
+                return Err(arg_error(what, "could not be read".into()));
+            }
+            let items = self.array_arg(pairs, what)?;
+            items.chunks_exact(2).map(|kv| Ok((self.text(kv[0]), kv[1]))).collect()
+        })
+    }
+
     /// An array reference of integers, e.g. token ids.
     pub fn int_array_arg(self, sv: Sv, what: &str) -> Result<Vec<i64>, Error> {
         let items = self.array_arg(sv, what)?;

@@ -8,7 +8,7 @@ use crate::engine::generate::embedding::Pooling;
 use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
 use crate::engine::generate::logits::Logits;
-use crate::engine::generate::sampler::{Sampler, SamplerOptions};
+use crate::engine::generate::sampler::{Sampler, SamplerKind, SamplerOptions};
 use crate::engine::ggml::cpu_budget::MAX_THREADS;
 use crate::engine::model::tokenizer::EncodeOptions;
 use crate::engine::model::Model;
@@ -141,6 +141,73 @@ pub(crate) const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
     }),
     Opt::new("penalty_last_n", |perl, sv, o| set(&mut o.penalty_last_n, count_arg(perl, sv, "penalty_last_n", 0))),
     Opt::new("seed", |perl, sv, o| set(&mut o.seed, count_arg(perl, sv, "seed", 0).map(|v| Some(v as u64)))),
+    Opt::new("typical_p", |perl, sv, o| set(&mut o.typical_p, perl.number_arg(sv, "typical_p").map(|v| v as f32))),
+    Opt::new("top_n_sigma", |perl, sv, o| {
+        set(&mut o.top_n_sigma, perl.number_arg(sv, "top_n_sigma").map(|v| v as f32))
+    }),
+    Opt::new("xtc_probability", |perl, sv, o| {
+        set(&mut o.xtc_probability, perl.number_arg(sv, "xtc_probability").map(|v| v as f32))
+    }),
+    Opt::new("xtc_threshold", |perl, sv, o| {
+        set(&mut o.xtc_threshold, perl.number_arg(sv, "xtc_threshold").map(|v| v as f32))
+    }),
+    Opt::new("dry_multiplier", |perl, sv, o| {
+        set(&mut o.dry_multiplier, perl.number_arg(sv, "dry_multiplier").map(|v| v as f32))
+    }),
+    Opt::new("dry_base", |perl, sv, o| set(&mut o.dry_base, perl.number_arg(sv, "dry_base").map(|v| v as f32))),
+    Opt::new("dry_allowed_length", |perl, sv, o| {
+        set(&mut o.dry_allowed_length, ranged_arg(perl, sv, "dry_allowed_length", 0, i32::MAX as i64))
+    }),
+    Opt::new("dry_penalty_last_n", |perl, sv, o| {
+        set(&mut o.dry_penalty_last_n, ranged_arg(perl, sv, "dry_penalty_last_n", 0, i32::MAX as i64))
+    }),
+    Opt::new("dry_sequence_breakers", |perl, sv, o| {
+        let items = perl.array_arg(sv, "dry_sequence_breakers")?;
+        o.dry_sequence_breakers = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| perl.string_arg(item, &format!("dry_sequence_breakers element {i}")))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }),
+    Opt::new("mirostat_mode", |perl, sv, o: &mut SamplerOptions| {
+        set(&mut o.mirostat_mode, ranged_arg(perl, sv, "mirostat_mode", 0, 2).map(|v| v as u8))
+    })
+    .with_aliases(&["mirostat"]),
+    Opt::new("mirostat_tau", |perl, sv, o| {
+        set(&mut o.mirostat_tau, perl.number_arg(sv, "mirostat_tau").map(|v| v as f32))
+    }),
+    Opt::new("mirostat_eta", |perl, sv, o| {
+        set(&mut o.mirostat_eta, perl.number_arg(sv, "mirostat_eta").map(|v| v as f32))
+    }),
+    Opt::new("logit_bias", |perl, sv, o| {
+        // {token_id => bias}; the ids are checked against the vocabulary when sampling
+        let mut pairs = Vec::new();
+        for (key, value) in perl.hash_arg(sv, "logit_bias")? {
+            let id =
+                key.trim().parse::<i32>().ok().filter(|&id| id >= 0).ok_or_else(|| {
+                    Error::Argument(format!("logit_bias: '{key}' is not a token id (an integer >= 0)"))
+                })?;
+            let bias = perl.number_arg(value, &format!("logit_bias of token {id}"))? as f32;
+            pairs.push((id, bias));
+        }
+        // one order whatever the hash's: the sums do not depend on it, error messages do
+        pairs.sort_by_key(|&(id, _)| id);
+        o.logit_bias = pairs;
+        Ok(())
+    }),
+    Opt::new("samplers", |perl, sv, o| {
+        // names in an array, or one string of them separated by ';' (llama.cpp's --samplers)
+        let names: Vec<String> = if perl.ref_kind(sv) == b'A' {
+            let items = perl.array_arg(sv, "samplers")?;
+            items.into_iter().map(|v| perl.string_arg(v, "a sampler name")).collect::<Result<_, _>>()?
+        } else {
+            perl.string_arg(sv, "samplers")?.split(';').map(|n| n.trim().to_string()).collect()
+        };
+        o.samplers =
+            names.iter().filter(|n| !n.is_empty()).map(|n| SamplerKind::from_name(n)).collect::<Result<_, _>>()?;
+        Ok(())
+    }),
 ];
 
 /// A forward call without tokens ("requires tokens": Lugh 0.12's words,
@@ -450,7 +517,8 @@ fn sample_with(
         }
     };
     let logits = object.as_deref().map_or(list.as_slice(), Logits::values);
-    let mut sampler = Sampler::new(options)?;
+    let vocab = s.runner.model().vocab().ok();
+    let mut sampler = Sampler::with_vocab(options, vocab.as_deref())?;
     let id = sampler.sample(logits, extra.history.as_deref().unwrap_or(&[]))?;
     Ok(Ret::One(perl.int(id as i64)))
 }
@@ -599,11 +667,15 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn sample_top_p(args) as "Lugh::Inference->sample_top_p" {
-        sample_with(args, Some(&["temperature", "top_p", "seed"]), &["top_p", "temperature"], |o| o.top_k = 0)
+        sample_with(args, Some(&["temperature", "top_p", "seed"]), &["top_p", "temperature"], |o| {
+            o.samplers = vec![SamplerKind::TopP, SamplerKind::Temperature]
+        })
     }
 
     fn sample_top_k(args) as "Lugh::Inference->sample_top_k" {
-        sample_with(args, Some(&["temperature", "top_k", "seed"]), &["top_k", "temperature"], |o| o.top_p = 1.0)
+        sample_with(args, Some(&["temperature", "top_k", "seed"]), &["top_k", "temperature"], |o| {
+            o.samplers = vec![SamplerKind::TopK, SamplerKind::Temperature]
+        })
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {

@@ -45,8 +45,10 @@ fn temperature(o: &SpecOptions) -> f32 {
 }
 
 /// The sampling options Lugh::Speculative takes (Lugh::Inference's
-/// penalties would depend on each verified row's own history).
-const SAMPLING: &[&str] = &["greedy", "temperature", "top_k", "top_p", "min_p", "seed"];
+/// penalties and DRY would depend on each verified row's own history, XTC
+/// is random and mirostat carries a state from token to token).
+const SAMPLING: &[&str] =
+    &["greedy", "temperature", "top_k", "top_p", "min_p", "typical_p", "top_n_sigma", "logit_bias", "samplers", "seed"];
 
 /// What new() is given.
 #[derive(Default)]

@@ -40,6 +40,11 @@ pub trait TokenText {
     fn is_eog(&self, id: i32) -> bool;
     /// The bytes the token stands for in generated text (no control tokens).
     fn piece(&self, id: i32) -> Result<&[u8]>;
+    /// The whole vocabulary, where there is one (DRY's sequence breakers
+    /// are tokenized with it).
+    fn vocab(&self) -> Option<&Vocab> {
+        None
+    }
 }
 
 impl TokenText for Vocab {
@@ -48,6 +53,9 @@ impl TokenText for Vocab {
     }
     fn piece(&self, id: i32) -> Result<&[u8]> {
         Vocab::piece(self, id, false)
+    }
+    fn vocab(&self) -> Option<&Vocab> {
+        Some(self)
     }
 }
 
@@ -204,7 +212,7 @@ pub fn generate<E: From<Error>>(
     // At least the last prompt token is evaluated: its logits are needed.
     let n_reused = common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1));
     check(source, tokens, prompt, options)?;
-    let mut sampler = Sampler::new(options.sampler.clone())?;
+    let mut sampler = Sampler::with_vocab(options.sampler.clone(), tokens.and_then(|t| t.vocab()))?;
     let mut result = Generation {
         tokens: Vec::new(),
         text: String::new(),
@@ -581,6 +589,8 @@ mod tests {
                 temperature: 50.0,
                 top_k: 0,
                 top_p: 1.0,
+                // llama.cpp's default min_p 0.05 would leave only the best token
+                min_p: 0.0,
                 ..SamplerOptions::default()
             },
             ..GenerateOptions::default()

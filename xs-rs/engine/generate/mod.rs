@@ -13,6 +13,8 @@ pub mod json_schema;
 pub mod logits;
 pub mod ngram;
 pub mod sampler;
+pub mod sampler_steps;
 pub mod scoring;
 pub mod speculative;
+pub mod stl_sort;
 pub mod text_stream;

@@ -184,7 +184,7 @@ impl Decoder {
         // The chains only transform logits: their own generators are never
         // drawn from, so they get a fixed seed rather than a value of the
         // default generator.
-        let chain = SamplerOptions { seed: Some(0), ..options.clone() };
+        let chain = SamplerOptions { seed: Some(0), dry_sequence_breakers: Vec::new(), ..options.clone() };
         Ok(Decoder {
             greedy: options.greedy || options.temperature <= 0.0,
             rows_per_pass: ONE_ROW_KERNEL_ROWS,
