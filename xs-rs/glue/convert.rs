@@ -210,6 +210,19 @@ impl Perl {
         })
     }
 
+    /// A required integer in `min..=max`, checked before any cast (so a
+    /// negative count never wraps to a huge usize).
+    pub fn ranged_arg(self, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
+        let v = self.int_arg(sv, what)?;
+        if v < min {
+            return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
+        }
+        if v > max {
+            return Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}")));
+        }
+        Ok(v as usize)
+    }
+
     /// A required number argument.
     pub fn number_arg(self, sv: Sv, what: &str) -> Result<f64, Error> {
         self.checked(what, || {

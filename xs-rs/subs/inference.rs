@@ -3,6 +3,7 @@
 //! Lugh/Inference.pm.
 use super::lora::lora_arg;
 use super::rope::rope_arg;
+use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
 use crate::engine::generate::embedding::Pooling;
 use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
@@ -68,16 +69,16 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         Ok(())
     }),
     Opt::new("n_threads", |perl, sv, a| {
-        set(&mut a.options.n_threads, ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64).map(Some))
+        set(&mut a.options.n_threads, perl.ranged_arg(sv, "n_threads", 1, MAX_THREADS as i64).map(Some))
     }),
     Opt::new("n_ctx", |perl, sv, a| {
-        set(&mut a.options.n_ctx, ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64).map(Some))
+        set(&mut a.options.n_ctx, perl.ranged_arg(sv, "n_ctx", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("n_batch", |perl, sv, a| {
-        set(&mut a.options.n_batch, ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64).map(Some))
+        set(&mut a.options.n_batch, perl.ranged_arg(sv, "n_batch", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("n_gpu_layers", |perl, sv, a| {
-        set(&mut a.options.split.n_gpu_layers, count_arg(perl, sv, "n_gpu_layers", 0).map(Some))
+        set(&mut a.options.split.n_gpu_layers, perl.ranged_arg(sv, "n_gpu_layers", 0, i64::MAX).map(Some))
     }),
     Opt::new("tensor_split", |perl, sv, a| {
         let values = perl.array_arg(sv, "tensor_split")?;
@@ -86,7 +87,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         Ok(())
     }),
     Opt::new("main_device", |perl, sv, a| {
-        set(&mut a.options.split.main_device, count_arg(perl, sv, "main_device", 0).map(Some))
+        set(&mut a.options.split.main_device, perl.ranged_arg(sv, "main_device", 0, i64::MAX).map(Some))
     }),
     Opt::new("rpc", |perl, sv, a| {
         // an array of "host:port", or one string of them separated by commas
@@ -116,96 +117,6 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
             "1" => FlashAttn::Enabled,
             _ => return Err(Error::Argument(format!("flash_attn must be 0, 1 or 'auto', got '{text}'"))),
         });
-        Ok(())
-    }),
-];
-
-/// The sampling options of sample() and generate() (defaults:
-/// [`SamplerOptions`]; the engine checks the ranges).
-pub(crate) const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
-    Opt::new("greedy", |perl, sv, o| set(&mut o.greedy, perl.bool_arg(sv, "greedy"))),
-    Opt::new("temperature", |perl, sv, o| {
-        set(&mut o.temperature, perl.number_arg(sv, "temperature").map(|v| v as f32))
-    }),
-    Opt::new("top_k", |perl, sv, o| set(&mut o.top_k, count_arg(perl, sv, "top_k", 0))),
-    Opt::new("top_p", |perl, sv, o| set(&mut o.top_p, perl.number_arg(sv, "top_p").map(|v| v as f32))),
-    Opt::new("min_p", |perl, sv, o| set(&mut o.min_p, perl.number_arg(sv, "min_p").map(|v| v as f32))),
-    Opt::new("repeat_penalty", |perl, sv, o| {
-        set(&mut o.repeat_penalty, perl.number_arg(sv, "repeat_penalty").map(|v| v as f32))
-    }),
-    Opt::new("presence_penalty", |perl, sv, o| {
-        set(&mut o.presence_penalty, perl.number_arg(sv, "presence_penalty").map(|v| v as f32))
-    }),
-    Opt::new("frequency_penalty", |perl, sv, o| {
-        set(&mut o.frequency_penalty, perl.number_arg(sv, "frequency_penalty").map(|v| v as f32))
-    }),
-    Opt::new("penalty_last_n", |perl, sv, o| set(&mut o.penalty_last_n, count_arg(perl, sv, "penalty_last_n", 0))),
-    Opt::new("seed", |perl, sv, o| set(&mut o.seed, count_arg(perl, sv, "seed", 0).map(|v| Some(v as u64)))),
-    Opt::new("typical_p", |perl, sv, o| set(&mut o.typical_p, perl.number_arg(sv, "typical_p").map(|v| v as f32))),
-    Opt::new("top_n_sigma", |perl, sv, o| {
-        set(&mut o.top_n_sigma, perl.number_arg(sv, "top_n_sigma").map(|v| v as f32))
-    }),
-    Opt::new("xtc_probability", |perl, sv, o| {
-        set(&mut o.xtc_probability, perl.number_arg(sv, "xtc_probability").map(|v| v as f32))
-    }),
-    Opt::new("xtc_threshold", |perl, sv, o| {
-        set(&mut o.xtc_threshold, perl.number_arg(sv, "xtc_threshold").map(|v| v as f32))
-    }),
-    Opt::new("dry_multiplier", |perl, sv, o| {
-        set(&mut o.dry_multiplier, perl.number_arg(sv, "dry_multiplier").map(|v| v as f32))
-    }),
-    Opt::new("dry_base", |perl, sv, o| set(&mut o.dry_base, perl.number_arg(sv, "dry_base").map(|v| v as f32))),
-    Opt::new("dry_allowed_length", |perl, sv, o| {
-        set(&mut o.dry_allowed_length, ranged_arg(perl, sv, "dry_allowed_length", 0, i32::MAX as i64))
-    }),
-    Opt::new("dry_penalty_last_n", |perl, sv, o| {
-        set(&mut o.dry_penalty_last_n, ranged_arg(perl, sv, "dry_penalty_last_n", 0, i32::MAX as i64))
-    }),
-    Opt::new("dry_sequence_breakers", |perl, sv, o| {
-        let items = perl.array_arg(sv, "dry_sequence_breakers")?;
-        o.dry_sequence_breakers = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| perl.string_arg(item, &format!("dry_sequence_breakers element {i}")))
-            .collect::<Result<_, _>>()?;
-        Ok(())
-    }),
-    Opt::new("mirostat_mode", |perl, sv, o: &mut SamplerOptions| {
-        set(&mut o.mirostat_mode, ranged_arg(perl, sv, "mirostat_mode", 0, 2).map(|v| v as u8))
-    })
-    .with_aliases(&["mirostat"]),
-    Opt::new("mirostat_tau", |perl, sv, o| {
-        set(&mut o.mirostat_tau, perl.number_arg(sv, "mirostat_tau").map(|v| v as f32))
-    }),
-    Opt::new("mirostat_eta", |perl, sv, o| {
-        set(&mut o.mirostat_eta, perl.number_arg(sv, "mirostat_eta").map(|v| v as f32))
-    }),
-    Opt::new("logit_bias", |perl, sv, o| {
-        // {token_id => bias}; the ids are checked against the vocabulary when sampling
-        let mut pairs = Vec::new();
-        for (key, value) in perl.hash_arg(sv, "logit_bias")? {
-            let id =
-                key.trim().parse::<i32>().ok().filter(|&id| id >= 0).ok_or_else(|| {
-                    Error::Argument(format!("logit_bias: '{key}' is not a token id (an integer >= 0)"))
-                })?;
-            let bias = perl.number_arg(value, &format!("logit_bias of token {id}"))? as f32;
-            pairs.push((id, bias));
-        }
-        // one order whatever the hash's: the sums do not depend on it, error messages do
-        pairs.sort_by_key(|&(id, _)| id);
-        o.logit_bias = pairs;
-        Ok(())
-    }),
-    Opt::new("samplers", |perl, sv, o| {
-        // names in an array, or one string of them separated by ';' (llama.cpp's --samplers)
-        let names: Vec<String> = if perl.ref_kind(sv) == b'A' {
-            let items = perl.array_arg(sv, "samplers")?;
-            items.into_iter().map(|v| perl.string_arg(v, "a sampler name")).collect::<Result<_, _>>()?
-        } else {
-            perl.string_arg(sv, "samplers")?.split(';').map(|n| n.trim().to_string()).collect()
-        };
-        o.samplers =
-            names.iter().filter(|n| !n.is_empty()).map(|n| SamplerKind::from_name(n)).collect::<Result<_, _>>()?;
         Ok(())
     }),
 ];
@@ -263,7 +174,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("rope", |perl, sv, a| set(&mut a.options.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("lora", |perl, sv, a| set(&mut a.options.overrides.adapters, lora_arg(perl, sv))),
     Opt::new("max_tokens", |perl, sv, a| {
-        set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
+        set(&mut a.options.max_tokens, perl.ranged_arg(sv, "max_tokens", 0, i32::MAX as i64))
     }),
     Opt::new("eos_token", |perl, sv, a| {
         let id = perl.int_arg(sv, "eos_token")?;
@@ -285,7 +196,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     }),
     Opt::new("progress", |perl, sv, a| set(&mut a.progress, perl.code_arg(sv, "progress"))),
     Opt::new("logprobs", |perl, sv, a| {
-        set(&mut a.options.logprobs, ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64).map(Some))
+        set(&mut a.options.logprobs, perl.ranged_arg(sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
 ];
 
@@ -318,16 +229,16 @@ struct ScoreArgs {
 }
 
 const LOGPROBS_OPTIONS: &[Opt<ScoreArgs>] = &[
-    Opt::new("top", |perl, sv, a| set(&mut a.top, count_arg(perl, sv, "top", 0))),
+    Opt::new("top", |perl, sv, a| set(&mut a.top, perl.ranged_arg(sv, "top", 0, i64::MAX))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
 const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
-    Opt::new("n_ctx", |perl, sv, a| set(&mut a.n_ctx, ranged_arg(perl, sv, "n_ctx", 2, MAX_CTX as i64).map(Some))),
+    Opt::new("n_ctx", |perl, sv, a| set(&mut a.n_ctx, perl.ranged_arg(sv, "n_ctx", 2, MAX_CTX as i64).map(Some))),
     Opt::new("n_chunks", |perl, sv, a| {
-        set(&mut a.n_chunks, ranged_arg(perl, sv, "n_chunks", 1, i32::MAX as i64).map(Some))
+        set(&mut a.n_chunks, perl.ranged_arg(sv, "n_chunks", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
@@ -530,26 +441,6 @@ fn optional<T>(perl: Perl, sv: Sv, f: impl FnOnce(Sv) -> Result<T, Error>) -> Re
     } else {
         Ok(None)
     }
-}
-
-fn count_arg(perl: Perl, sv: Sv, what: &str, min: i64) -> Result<usize, Error> {
-    let v = perl.int_arg(sv, what)?;
-    if v < min {
-        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
-    }
-    Ok(v as usize)
-}
-
-/// An integer in `min..=max`, checked before any cast.
-pub(crate) fn ranged_arg(perl: Perl, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
-    let v = perl.int_arg(sv, what)?;
-    if v < min {
-        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
-    }
-    if v > max {
-        return Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}")));
-    }
-    Ok(v as usize)
 }
 
 fn cache_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<CacheHandle>>, Error> {

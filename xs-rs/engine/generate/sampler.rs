@@ -460,15 +460,15 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler without a vocabulary: DRY's sequence breakers must then be
-    /// none (they are text, tokenized with the model's vocabulary).
-    pub fn new(options: SamplerOptions) -> Result<Sampler> {
-        Self::with_vocab(options, None)
-    }
-
-    /// A sampler for a model's vocabulary (which DRY's breakers need).
-    pub fn with_vocab(options: SamplerOptions, vocab: Option<&Vocab>) -> Result<Sampler> {
+    /// A sampler for a model's vocabulary: DRY's breakers are tokenized
+    /// with it, and its suppress_tokens are never picked. Without one, DRY's
+    /// sequence breakers must be none.
+    pub fn with_vocab(mut options: SamplerOptions, vocab: Option<&Vocab>) -> Result<Sampler> {
         options.validate()?;
+        // after the user's biases, as common_sampler merges them
+        if let Some(vocab) = vocab {
+            options.logit_bias.extend(vocab.suppress_tokens().iter().map(|&id| (id, f32::NEG_INFINITY)));
+        }
         let seed = sampling_seed(options.seed);
         let dry_used = options.samplers.contains(&SamplerKind::Dry) && options.dry_on() && options.mirostat_mode == 0;
         let breakers = match (dry_used && !options.dry_sequence_breakers.is_empty(), vocab) {

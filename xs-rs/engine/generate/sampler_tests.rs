@@ -201,10 +201,10 @@ fn mirostat_keeps_its_target_across_tokens() {
     let logits: Vec<f32> = (0..200).map(|i| -(i as f32) * 0.05).collect();
     for mode in [1, 2] {
         let o = SamplerOptions { mirostat_mode: mode, temperature: 1.0, seed: Some(9), ..opts() };
-        let mut s = Sampler::new(o.clone()).unwrap();
+        let mut s = Sampler::with_vocab(o.clone(), None).unwrap();
         let first: Vec<i32> = (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect();
         assert!((s.mirostat.mu - 10.0).abs() > 1e-6, "mu moved from 2 tau");
-        let mut again = Sampler::new(o).unwrap();
+        let mut again = Sampler::with_vocab(o, None).unwrap();
         assert_eq!(first, (0..20).map(|_| again.sample(&logits, &[]).unwrap()).collect::<Vec<_>>());
     }
     assert_eq!(truncate_to_int(f32::NAN), i32::MIN);
@@ -222,10 +222,12 @@ fn sampler_names_and_order() {
     assert!(SamplerKind::from_name("warp").unwrap_err().to_string().contains("'warp'"));
     // top_k alone leaves the candidates sorted; temperature alone leaves token order
     let logits = [0.0, 3.0, 1.0, 2.0];
-    let mut s = Sampler::new(SamplerOptions { samplers: vec![SamplerKind::TopK], top_k: 3, ..opts() }).unwrap();
+    let mut s =
+        Sampler::with_vocab(SamplerOptions { samplers: vec![SamplerKind::TopK], top_k: 3, ..opts() }, None).unwrap();
     s.sample(&logits, &[]).unwrap();
     assert_eq!(s.cands.ids, vec![1, 3, 2]);
-    let mut s = Sampler::new(SamplerOptions { samplers: vec![SamplerKind::Temperature], ..opts() }).unwrap();
+    let mut s =
+        Sampler::with_vocab(SamplerOptions { samplers: vec![SamplerKind::Temperature], ..opts() }, None).unwrap();
     s.sample(&logits, &[]).unwrap();
     assert_eq!(s.cands.ids, vec![0, 1, 2, 3]);
 }
@@ -233,25 +235,31 @@ fn sampler_names_and_order() {
 #[test]
 fn logit_bias_adds_and_bans() {
     let o = SamplerOptions { greedy: true, logit_bias: vec![(1, f32::NEG_INFINITY), (2, 5.0)], ..opts() };
-    let mut s = Sampler::new(o).unwrap();
+    let mut s = Sampler::with_vocab(o, None).unwrap();
     assert_eq!(s.sample(&[0.0, 9.0, 1.0], &[]).unwrap(), 2);
     let o = SamplerOptions { logit_bias: vec![(0, f32::NEG_INFINITY), (1, f32::NEG_INFINITY)], ..opts() };
-    let mut s = Sampler::new(o).unwrap();
+    let mut s = Sampler::with_vocab(o, None).unwrap();
     assert!(s.sample(&[0.0, 9.0], &[]).is_err());
     let o = SamplerOptions { logit_bias: vec![(5, 1.0)], ..opts() };
-    assert!(Sampler::new(o).unwrap().sample(&[0.0, 1.0], &[]).unwrap_err().to_string().contains("token 5"));
+    assert!(Sampler::with_vocab(o, None)
+        .unwrap()
+        .sample(&[0.0, 1.0], &[])
+        .unwrap_err()
+        .to_string()
+        .contains("token 5"));
 }
 
 #[test]
 fn infinite_logits_win_and_all_minus_infinity_is_an_error() {
     let inf = f32::INFINITY;
     for seed in 0..20 {
-        let mut s = Sampler::new(SamplerOptions { seed: Some(seed), ..SamplerOptions::default() }).unwrap();
+        let mut s =
+            Sampler::with_vocab(SamplerOptions { seed: Some(seed), ..SamplerOptions::default() }, None).unwrap();
         assert_eq!(s.sample(&[1.0, inf, 3.0], &[]).unwrap(), 1);
         let id = s.sample(&[inf, 0.0, inf], &[]).unwrap();
         assert!(id == 0 || id == 2);
     }
-    let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { greedy: true, ..opts() }, None).unwrap();
     assert_eq!(s.sample(&[1.0, 2.0, inf], &[1, 2]).unwrap(), 2);
     assert!(s.sample(&[-inf, -inf], &[]).is_err());
     assert_eq!(s.sample(&[-inf, 0.5], &[]).unwrap(), 1);
@@ -260,9 +268,9 @@ fn infinite_logits_win_and_all_minus_infinity_is_an_error() {
 #[test]
 fn greedy_and_zero_temperature_take_the_argmax() {
     let logits = [0.1, 3.0, 2.9, -1.0];
-    let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { greedy: true, ..opts() }, None).unwrap();
     assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
-    let mut s = Sampler::new(SamplerOptions { temperature: 0.0, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { temperature: 0.0, ..opts() }, None).unwrap();
     assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
     // Ties: the lower id.
     assert_eq!(s.sample(&[1.0, 5.0, 5.0], &[]).unwrap(), 1);
@@ -270,7 +278,7 @@ fn greedy_and_zero_temperature_take_the_argmax() {
 
 #[test]
 fn top_k_one_is_deterministic() {
-    let mut s = Sampler::new(SamplerOptions { top_k: 1, temperature: 5.0, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { top_k: 1, temperature: 5.0, ..opts() }, None).unwrap();
     for _ in 0..20 {
         assert_eq!(s.sample(&[0.0, 1.0, 0.5], &[]).unwrap(), 1);
     }
@@ -278,7 +286,7 @@ fn top_k_one_is_deterministic() {
 
 #[test]
 fn repeat_penalty_changes_greedy_choice() {
-    let mut s = Sampler::new(SamplerOptions { greedy: true, repeat_penalty: 2.0, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { greedy: true, repeat_penalty: 2.0, ..opts() }, None).unwrap();
     assert_eq!(s.sample(&[3.0, 2.0], &[0]).unwrap(), 1);
 }
 
@@ -287,20 +295,20 @@ fn seeded_draws_repeat_and_follow_the_distribution() {
     let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
     let free = |seed| SamplerOptions { seed: Some(seed), top_k: 0, top_p: 1.0, min_p: 0.0, ..opts() };
     let run = |seed| {
-        let mut s = Sampler::new(free(seed)).unwrap();
+        let mut s = Sampler::with_vocab(free(seed), None).unwrap();
         (0..30).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
     // Two tokens, logits ln(3) and 0 at temperature 1: about 3:1.
-    let mut s = Sampler::new(SamplerOptions { temperature: 1.0, ..free(1) }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { temperature: 1.0, ..free(1) }, None).unwrap();
     let firsts = (0..20_000).filter(|_| s.sample(&[3f32.ln(), 0.0], &[]).unwrap() == 0).count();
     assert!((firsts as f64 / 20_000.0 - 0.75).abs() < 0.02, "{firsts}");
 }
 
 #[test]
 fn the_filter_seam_runs_the_chain_over_what_it_allows() {
-    let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
+    let mut s = Sampler::with_vocab(SamplerOptions { greedy: true, ..opts() }, None).unwrap();
     let id = s.sample_filtered(&[0.0, 9.0, 1.0], &[], &mut |c| c.ban(1)).unwrap();
     assert_eq!(id, 2);
 }
@@ -322,13 +330,13 @@ fn bad_values_are_rejected() {
         (SamplerOptions { top_n_sigma: f32::NAN, ..opts() }, "top_n_sigma"),
         (SamplerOptions { logit_bias: vec![(1, f32::NAN)], ..opts() }, "logit_bias"),
     ] {
-        let err = Sampler::new(o).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = Sampler::with_vocab(o, None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains(name), "{name}: {err}");
     }
     let dry = SamplerOptions { dry_multiplier: 0.8, ..opts() };
-    assert!(Sampler::new(dry.clone()).err().unwrap().to_string().contains("dry_sequence_breakers"));
-    assert!(Sampler::new(SamplerOptions { dry_sequence_breakers: vec![], ..dry }).is_ok());
-    let mut s = Sampler::new(opts()).unwrap();
+    assert!(Sampler::with_vocab(dry.clone()).err(, None).unwrap().to_string().contains("dry_sequence_breakers"));
+    assert!(Sampler::with_vocab(SamplerOptions { dry_sequence_breakers: vec![], ..dry }, None).is_ok());
+    let mut s = Sampler::with_vocab(opts(), None).unwrap();
     assert!(s.sample(&[], &[]).is_err());
     assert!(s.sample(&[1.0, f32::NAN], &[]).err().unwrap().to_string().contains("logit 1"));
 }
