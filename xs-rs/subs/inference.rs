@@ -417,7 +417,9 @@ fn sample_with(
     }
     let rest = args.rest(2);
     let numeric_first = rest.first().is_some_and(|&sv| {
-        perl.is_defined(sv) && perl.ref_kind(sv) == 0 && perl.string_arg(sv, "").is_ok_and(|s| s.trim().parse::<f64>().is_ok())
+        perl.is_defined(sv)
+            && perl.ref_kind(sv) == 0
+            && perl.string_arg(sv, "").is_ok_and(|s| s.trim().parse::<f64>().is_ok())
     });
     let given = match numeric_first && !positional.is_empty() {
         true => Given::positional(&rest, positional)?,

@@ -6,6 +6,7 @@
 pub mod chat_template;
 pub mod embedding;
 pub mod generation;
+pub mod grammar;
 pub mod inference;
 pub mod logits;
 pub mod ngram;

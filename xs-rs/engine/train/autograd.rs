@@ -88,7 +88,12 @@ impl Variable {
     }
 
     /// A new variable; `inputs` are kept only when `tracked`.
-    fn node(value: Arc<TensorHandle>, tracked: bool, inputs: Vec<Arc<Variable>>, pass: Option<TrainingPass>) -> Arc<Self> {
+    fn node(
+        value: Arc<TensorHandle>,
+        tracked: bool,
+        inputs: Vec<Arc<Variable>>,
+        pass: Option<TrainingPass>,
+    ) -> Arc<Self> {
         Arc::new(Variable {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             value,
