@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// The most stack positions one advance may look at (a long chain of rules
 /// that each start with the next makes ever deeper stacks).
-const MAX_ADVANCE_WORK: usize = 1 << 24;
+const MAX_ADVANCE_WORK: usize = 1 << 22;
 
 /// A pushdown stack: positions in [`Grammar`]'s elements, the top last.
 pub type Stack = Vec<u32>;
