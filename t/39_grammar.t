@@ -45,7 +45,7 @@ subtest 'parsing and matching' => sub {
 
 subtest 'errors name the line and column' => sub {
     croaks_like(sub { Lugh::Grammar->new(qq{root ::= "a"\nitem ::= [abc}) },
-        qr/grammar syntax error at line 2, column 13: unexpected end of input/, 'an unterminated class');
+        qr/grammar syntax error at line 2, column 14: unexpected end of input/, 'an unterminated class');
     croaks_like(sub { Lugh::Grammar->new(qq{root ::= "a"\n  x = "b"}) }, qr/line 2, column 5: expecting ::=/,
         'a missing ::=');
     croaks_like(sub { Lugh::Grammar->new(q{root ::= "\q"}) }, qr/line 1, column 11: unknown escape/, 'an escape');
