@@ -471,6 +471,99 @@ tokens. Without an argument it seeds from the clock and the process id.
 Returns the seed (an integer >= 0). Perl's own C<srand> and C<rand> are not
 touched, nor used by Lugh.
 
+=head1 DIFFERENCES FROM LUGH 0.12
+
+Lugh is a port of the CPAN module Lugh 0.12: a 0.12 script runs unchanged,
+with the exceptions below. Each is deliberate; each says why, and the
+one-line change that gives a 0.12 script its old behaviour. Lugh 0.12's own
+test suite, run against this Lugh with real models in place of its fixture
+files, passes except for these and for the golden values of 0.12's own test
+model.
+
+=over
+
+=item The tokenizer adds BOS only when the model asks for it
+
+C<< $tokenizer->encode($text) >> adds the BOS token when the GGUF file's
+C<tokenizer.ggml.add_bos_token> says so (Gemma, Llama: yes; SmolLM2, Qwen2:
+no), as llama.cpp does; 0.12 always added it. Why: the same token ids, hence
+the same logits, as llama.cpp. For 0.12's behaviour:
+C<< $tokenizer->encode($text, add_bos => 1) >>.
+
+=item Unknown options croak
+
+Every method checks its option names and croaks on one it does not know,
+listing the valid ones; 0.12 ignored them. Why: a misspelled option that is
+silently ignored gives wrong results that look right. Change: spell the
+option as the message lists it.
+
+=item Error messages name the method and the problem
+
+Croaks read C<< Lugh::Class->method: what is wrong >> and end with the
+caller's file and line. Where 0.12's tests matched words of its messages
+("requires tokens", "Unknown scaling_type", "rank must be between 1 and
+256", "only available on trainable", "use caches"), those words are still
+there; a script that matches other exact wording needs a new pattern.
+
+=item Models are memory-mapped by default
+
+C<< Lugh::Model->new(model => $file) >> maps the file (C<use_mmap> 1), so
+C<use_mmap> is 1 and C<mmap_size> the file's size; 0.12 read the weights
+into memory unless given C<< mmap => 1 >>. Why: loading takes milliseconds,
+and processes that load the same file share its pages, as llama.cpp's
+default. For 0.12's behaviour: C<< Lugh::Model->new(model => $file, mmap => 0) >>.
+
+=item RoPE's C<ext_factor> -1 means "computed"
+
+L<Lugh::RoPE> keeps C<ext_factor> at -1 unless given, meaning what llama.cpp
+computes (1 for YaRN, 0 otherwise); 0.12 stored 0 for linear scaling. The
+computation is the same; only the value read back differs. Why: llama.cpp's
+convention, so that a YaRN configuration's default is right. For 0.12's
+value: C<< ext_factor => 0 >>.
+
+=item C<ggml_version> is the bare version number
+
+C<Lugh::ggml_version()> returns C<0.26.0>; 0.12 returned a descriptive
+string containing the word "ggml". Why: a number a script can compare.
+
+=item Chat prompts come from the model's own template
+
+C<< Lugh::Prompt->new(model => $model) >> uses the Jinja chat template in the
+GGUF file (C<format_name> is then C<template>), as llama.cpp and transformers
+do; 0.12 picked a fixed format by architecture, which is still what happens
+for a file without a template. For the architecture C<llama> that fallback
+is now C<llama3> (0.12: C<llama2>), because most C<llama> files are Llama 3
+or later. The fixed formats keep 0.12's defaults (C<add_generation_prompt>
+and C<add_bos> on); a Jinja template gets transformers' (off unless given).
+The C<llama2> format follows Meta's template (0.12 wrote C<[INST]> twice),
+and C<vicuna>'s generation prompt is C<ASSISTANT:> without 0.12's trailing
+space (the model's first token brings its own). For 0.12's choice of
+format: C<< Lugh::Prompt->new(format => 'llama2') >>.
+
+=item Sampling has its own random generator
+
+Sampling never uses C's or Perl's C<rand>: C<< seed => $n >> makes one call
+reproducible and L</srand> seeds every unseeded call after it; 0.12 drew from
+C's C<rand()>, which C<Lugh::srand> seeded. The same seed gives other tokens
+than under 0.12. Positional arguments of C<sample_top_p> and C<sample_top_k>
+(C<< ($logits, $top_p, $temperature) >>), which 0.12 accepted but ignored,
+are applied.
+
+=item A LoRA adapter's C<alpha> is read-only
+
+L<Lugh::LoRA/alpha> reports the adapter's alpha; 0.12's documentation also
+offered C<< $lora->alpha($new) >>. Why: the alpha belongs to the file (PEFT
+files give one per module); the strength of an adapter is its C<scale>,
+which multiplies the same product. For a 0.12 script's
+C<< $lora->alpha($a) >>: C<< $lora->scale($lora->scale * $a / $lora->alpha) >>
+(a bare C<.safetensors> adapter, read as 0.12 read it, has alpha 1).
+
+=item C<Lugh::VERSION>
+
+This Lugh is version 0.20; 0.12's tests compare the version with their own.
+
+=back
+
 =head1 ENVIRONMENT
 
 =over

@@ -68,6 +68,31 @@ subtest 'draws follow the distribution' => sub {
     is($top, 0, 'top_k 2 never draws the third');
 };
 
+subtest "llama.cpp's samplers" => sub {
+    is($inference->sample(\@flat, greedy => 1, logit_bias => { 1 => '-inf', 3 => '-inf' }), 2,
+        "logit_bias '-inf' bans tokens");
+    is($inference->sample(\@flat, greedy => 1, logit_bias => { 0 => 1.6 }), 0, 'a positive bias raises one');
+    is($inference->sample([ 5, 4, 0 ], samplers => 'top_k;temperature', top_k => 1, seed => 3), 0,
+        'samplers as a string of names');
+    my @order = (seed => 11, temperature => 1, top_k => 0, top_p => 1, min_p => 0);
+    my @draws = map { $inference->sample(\@logits, @order, seed => $_, samplers => ['temperature']) } 1 .. 20;
+    my @same  = map { $inference->sample(\@logits, @order, seed => $_) } 1 .. 20;
+    is_deeply(\@draws, \@same, 'with the other steps off, the order changes nothing');
+    for my $mode (1, 2) {
+        my @a = map { $inference->sample(\@logits, mirostat_mode => $mode, seed => $_) } 1 .. 10;
+        my @b = map { $inference->sample(\@logits, mirostat => $mode, seed => $_) } 1 .. 10;
+        is_deeply(\@a, \@b, "mirostat $mode: seeded draws repeat (mirostat is mirostat_mode)");
+    }
+    my @dry = (dry_multiplier => 5, dry_allowed_length => 1, greedy => 1);
+    is($inference->sample([ 3, 4, 1, 0 ], greedy => 1, history => [ 0, 1, 0 ]), 1, 'without DRY, the best');
+    is($inference->sample([ 3, 4, 1, 0 ], @dry, history => [ 0, 1, 0 ]), 0,
+        'DRY: the token that would repeat "0 1" loses 5');
+    is($inference->sample([ 3, 2, 11, 0 ], @dry, history => [ 0, 1, 2, 0, 1 ], dry_sequence_breakers => []), 0,
+        'DRY: the token that would repeat "0 1 2" loses 5 * 1.75');
+    is($inference->sample([ 3, 2, 11, 0 ], @dry, history => [ 0, 1, 2, 0, 1 ], dry_base => 1.5), 2,
+        '... with base 1.5, less than its lead');
+};
+
 subtest 'options are checked' => sub {
     eval { $inference->sample(\@flat, tempreature => 1) };
     like($@, qr/^Lugh::Inference->sample: unknown option 'tempreature' \(valid options: .*temperature/,
@@ -82,6 +107,21 @@ subtest 'options are checked' => sub {
         eval { $inference->sample(\@flat, @$bad) };
         like($@, qr/^Lugh::Inference->sample: $bad->[0] .* at \S+ line \d+\.$/, "bad $bad->[0] => $bad->[1]");
     }
+    for my $bad ([ typical_p => 2 ], [ xtc_probability => -1 ], [ xtc_threshold => 1.5 ], [ mirostat_mode => 3 ],
+        [ dry_multiplier => -1 ], [ dry_base => 'inf' ], [ mirostat_tau => -1 ], [ top_n_sigma => 'nan' ],
+        [ dry_allowed_length => -1 ], [ dry_sequence_breakers => 'x' ])
+    {
+        eval { $inference->sample(\@flat, @$bad) };
+        like($@, qr/^Lugh::Inference->sample: $bad->[0] .* at \S+ line \d+\.$/, "bad $bad->[0] => $bad->[1]");
+    }
+    eval { $inference->sample(\@flat, samplers => [qw(top_k warp)]) };
+    like($@, qr/samplers: unknown sampler 'warp'/, 'an unknown sampler name');
+    eval { $inference->sample(\@flat, logit_bias => { abc => 1 }) };
+    like($@, qr/logit_bias: 'abc' is not a token id/, 'a logit_bias key that is no token id');
+    eval { $inference->sample(\@flat, logit_bias => { 99 => 1 }) };
+    like($@, qr/logit_bias: token 99 is out of range \[0, 5\)/, 'a logit_bias token out of range');
+    eval { $inference->sample(\@flat, logit_bias => [ 1, 2 ]) };
+    like($@, qr/logit_bias must be a HASH reference/, 'logit_bias must be a hash');
     eval { $inference->sample([]) };
     like($@, qr/logits are empty/, 'empty logits');
     eval { $inference->sample('x') };

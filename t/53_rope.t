@@ -84,8 +84,8 @@ SKIP: {
 }
 
 # Bad values croak naming them (Lugh 0.12's RoPE error cases among them).
-croaks_like(sub { Lugh::RoPE->new(scaling_type => 999) }, qr/scaling_type 999 is not known/, 'unknown type number');
-croaks_like(sub { Lugh::RoPE->new(scaling_type => 'dynamic') }, qr/scaling_type 'dynamic' is not known/,
+croaks_like(sub { Lugh::RoPE->new(scaling_type => 999) }, qr/Unknown scaling_type 999 \(valid/, 'unknown type number');
+croaks_like(sub { Lugh::RoPE->new(scaling_type => 'dynamic') }, qr/Unknown scaling_type 'dynamic' \(valid/,
     'unknown type name');
 croaks_like(sub { Lugh::RoPE->new(freq_scale => -1.0) }, qr/freq_scale must be a finite number >= 0/,
     'negative freq_scale');

@@ -169,8 +169,15 @@ my $ok_file = write_peft('good', \%good);
 is(Lugh::LoRA->new(adapter => $ok_file, model => $smol)->n_weights, 1, 'a small PEFT adapter written here loads');
 croaks_like(sub { Lugh::LoRA->new(adapter => write_peft('cut', \%good, cut => 8), model => $smol) },
     qr/runs past the end of the file/, 'SafeTensors data cut short');
-croaks_like(sub { Lugh::LoRA->new(adapter => write_peft('noconf', \%good, no_config => 1), model => $smol) },
-    qr/adapter_config\.json/, 'no adapter_config.json');
+{
+    # Lugh 0.12 read a bare .safetensors adapter: its pairs, alpha 1
+    my $bare = Lugh::LoRA->new(adapter => write_peft('noconf', \%good, no_config => 1), model => $smol);
+    is_deeply([ $bare->n_weights, $bare->alpha ], [ 1, 1 ], 'without adapter_config.json: every pair, alpha 1');
+    my $alpha1 = Lugh::LoRA->new(adapter => write_peft('alpha1', \%good, config => { lora_alpha => 1 }), model => $smol);
+    my $session = Lugh::Inference->new(model => $smol, n_ctx => 16, n_threads => 1);
+    is_deeply([ $session->forward(tokens => [ 1, 2 ], lora => $bare) ],
+        [ $session->forward(tokens => [ 1, 2 ], lora => $alpha1) ], '... as a config with r 2 and lora_alpha 1');
+}
 my %lying = %good;
 $lying{"$q.lora_A.weight"} = [ [ 2, 576 ], [ (0.01) x 1152 ], data_offsets => [ 0, 99 ] ];
 croaks_like(sub { Lugh::LoRA->new(adapter => write_peft('lying', \%lying), model => $smol) },

@@ -114,7 +114,7 @@ subtest 'hostile templates croak fast' => sub {
 };
 
 subtest 'fixed formats' => sub {
-    is_deeply([ Lugh::Prompt->available_formats ], [qw(alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr)],
+    is_deeply([ Lugh::Prompt->available_formats ], [qw(chatml llama2 llama3 mistral gemma zephyr alpaca vicuna raw)],
         'available_formats');
     my @conversation = ({ role => 'system', content => 'S' }, { role => 'user', content => 'U1' },
         { role => 'assistant', content => 'A1' }, { role => 'user', content => 'U2' });

@@ -74,7 +74,7 @@ subtest 'runtime errors: one line, status 1' => sub {
             [ [ 'generate', '--lora', '/no/such/adapter.gguf', model_path('smollm2-135m-q4_1'), 'hi' ],
                 qr/Lugh::LoRA->new: cannot read '\/no\/such\/adapter\.gguf'/ ],
             [ [ 'generate', '--rope-scaling', 'dynamic', model_path('smollm2-135m-q4_1'), 'hi' ],
-                qr/rope scaling_type 'dynamic' is not known/ ]) : ()))
+                qr/Unknown scaling_type 'dynamic'/ ]) : ()))
     {
         my ($args, $re) = @$case;
         my ($out, $err, $status) = lugh(undef, @$args);

@@ -152,7 +152,7 @@ subtest 'LoRA->create' => sub {
     is_deeply([ $v->get_weight_tensor('blk.1.ffn_down.weight', 'a')->shape ], [ 128, 16 ], 'ffn_down takes n_ff');
     is_deeply([ $v->get_weight_tensor('blk.0.attn_k.weight', 'b')->shape ], [ 16, 32 ], 'GQA keys are narrower');
     ok((grep { $_ eq 'output.weight' } $v->weight_names), 'the output projection');
-    croaks_like(sub { Lugh::LoRA->create(model => $tiny, rank => 0) }, qr/rank must be an integer between 1 and 256/,
+    croaks_like(sub { Lugh::LoRA->create(model => $tiny, rank => 0) }, qr/rank must be between 1 and 256, got 0 \(an integer\)/,
         'rank 0');
     croaks_like(sub { Lugh::LoRA->create(model => $tiny, rank => 512) }, qr/between 1 and 256/, 'rank 512');
     croaks_like(sub { Lugh::LoRA->create(rank => 4) }, qr/requires 'model'/, 'model is required');
@@ -212,9 +212,9 @@ subtest 'the logits are the model\'s' => sub {
     is($loaded->alpha, $lora->alpha, 'the same alpha');
     is_deeply([ $inf->forward(tokens => \@in, lora => $loaded) ], [ $inf->forward(tokens => \@in, lora => $lora) ],
         'the saved adapter gives the same logits');
-    croaks_like(sub { $loaded->trainable_parameters }, qr/only available for trainable LoRA/,
+    croaks_like(sub { $loaded->trainable_parameters }, qr/only available on trainable LoRA/,
         'trainable_parameters of a loaded adapter');
-    croaks_like(sub { $loaded->get_weight_tensor('blk.0.attn_q.weight', 'a') }, qr/only available for trainable/,
+    croaks_like(sub { $loaded->get_weight_tensor('blk.0.attn_q.weight', 'a') }, qr/only available on trainable/,
         'get_weight_tensor of a loaded adapter');
     croaks_like(sub { $loaded->save("$dir/again.gguf") }, qr/only adapters made by Lugh::LoRA->create/,
         'a loaded adapter is not saved again');

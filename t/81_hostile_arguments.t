@@ -326,7 +326,8 @@ my %CALLS = (
     'Lugh::Autograd::Tensor::set_data' => sub { ($ag, 1, 2) },
     'Lugh::Autograd::Tensor::backward' => sub { ($ag, [ 1, 1 ]) },
     (map { my $m = $_; ("Lugh::Autograd::Tensor::$m" => sub { ($ag) }) }
-        qw(grad zero_grad get_data nelements shape is_leaf tensor)),
+        qw(grad zero_grad get_data nelements shape is_leaf tensor id)),
+    'Lugh::Tensor::from_ptr'           => sub { ('Lugh::Tensor', $ag->_raw_tensor_ptr) },
     (map { my $m = $_; ("Lugh::Autograd::Ops::$m" => sub { ('Lugh::Autograd::Ops', $tctx, $ag, $agw) }) }
         qw(add sub mul div)),
     'Lugh::Autograd::Ops::matmul'      => sub { ('Lugh::Autograd::Ops', $tctx, $ag, $agw) },

@@ -116,6 +116,18 @@ subtest 'Lugh::Prompt: get_format name, and 0.12 defaults for the fixed formats 
     like($text, qr/<\|im_start\|>assistant\n\z/, 'chatml: ends with the assistant prompt');
     is(Lugh::Prompt->new(format => 'mistral')->apply({ role => 'user', content => 'Hi' }, add_bos => 0,
         add_generation_prompt => 0), '[INST] Hi [/INST]', 'both can be turned off');
+    ok(Lugh::Prompt->has_format('ChatML'), 'format names are case-insensitive');
+    is(Lugh::Prompt->new(format => 'ChatML')->format_name, 'chatml', '... in new');
+    is_deeply([ Lugh::Prompt->available_formats ], [qw(chatml llama2 llama3 mistral gemma zephyr alpaca vicuna raw)],
+        "available_formats in 0.12's order");
+    my $f = Lugh::Prompt->get_format('llama2');
+    is_deeply([ @$f{qw(bos_token eos_token)} ], [ '<s>', '</s>' ], "get_format's bos_token and eos_token");
+    is(Lugh::Prompt->format_for_architecture($_->[0]), $_->[1], "format_for_architecture($_->[0])")
+        for [ falcon => 'raw' ], [ gpt2 => 'raw' ], [ llama2 => 'llama2' ], [ phi2 => 'chatml' ], [ Gemma2 => 'gemma' ];
+    is(Lugh::Prompt->new(format => 'chatml')->apply(), '', 'no messages: the empty string');
+    is(Lugh::Prompt->new(format => 'chatml')->apply({ role => 'user', content => 'Hi' }, { role => 'assistant', content => 'Hel' }),
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel<|im_end|>\n",
+        'no generation prompt after an assistant message');
     my $jinja = Lugh::Prompt->new(template => '{{ messages[0].content }}{% if add_generation_prompt %}|GEN{% endif %}');
     is($jinja->apply({ role => 'user', content => 'Hi' }), 'Hi', 'a Jinja template: add_generation_prompt off unless given');
     is($jinja->apply({ role => 'user', content => 'Hi' }, add_generation_prompt => 1), 'Hi|GEN', '... and on when given');

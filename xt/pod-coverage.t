@@ -25,7 +25,6 @@ while (my $package = shift @packages) {
 # The file documenting a package: its own, or the one it lives in.
 my %inner = (
     'Lugh::Tokenizer::Decoder'     => 'Lugh::Tokenizer',
-    'Lugh::Autograd::Tensor'       => 'Lugh::Autograd',
     'Lugh::Autograd::Ops'          => 'Lugh::Autograd',
     'Lugh::Optimizer::SGD'         => 'Lugh::Optimizer',
     'Lugh::Optimizer::AdamW'       => 'Lugh::Optimizer',

@@ -59,7 +59,8 @@ sub _forward_any {
             . ' or name => value pairs') if @args % 2;
     my %named = @args;
     for my $key (sort keys %named) {
-        Lugh::_croak("$method: unknown option '$key' (valid options: " . join(', ', sort keys %known) . ')')
+        my $hint = $spec->{batch} && $key eq 'cache' ? 'use caches => [...], an array of one cache per sequence, not cache; ' : '';
+        Lugh::_croak("$method: unknown option '$key' (${hint}valid options: " . join(', ', sort keys %known) . ')')
             unless $known{$key};
         Lugh::_croak("$method: $key given twice") if exists $opt{$key};
         $opt{$key} = $named{$key};
@@ -75,7 +76,8 @@ sub _forward_any {
     }
     Lugh::_croak("$method: caches needs sequences => [...]; for one sequence give cache => \$cache")
         if exists $opt{caches};
-    Lugh::_croak("$method: missing tokens (an array of token ids)") unless defined $opt{tokens};
+    # "requires tokens": the words Lugh 0.12's message had, which its scripts match
+    Lugh::_croak("$method: missing tokens: it requires tokens => [...] (an array of token ids)") unless defined $opt{tokens};
     return _forward($self, %opt, all => $spec->{all} ? 1 : 0);
 }
 
@@ -402,9 +404,34 @@ The same as C<forward(\@tokens)> (a spelling of Lugh 0.12).
 
 =head1 SAMPLING
 
-Sampling uses Lugh's own random generator, never perl's C<rand>. Give
-C<< seed => $n >> for a reproducible draw, or call C<Lugh::srand($n)> once to
-make every unseeded draw after it reproducible (see L<Lugh/srand>).
+Sampling is llama.cpp b11434's sampler chain (its F<common/sampling.cpp>
+builds it, F<src/llama-sampler.cpp> computes it), step for step and in its
+arithmetic: float sums where llama.cpp sums in float, double where it uses
+double, the candidates in the order llama.cpp's array holds them. The random
+numbers are C<std::mt19937> seeded with the 32-bit C<seed>, turned into
+numbers in [0, 1) as libstdc++ does. So the guarantee is: B<the same model
+file, the same options, the same seed and a Lugh built for the same CPU
+kernel family as llama.cpp give llama.cpp's tokens> (C<llama-completion
+--seed> with the same flags; t/34_sampling_reference.t checks every sampler
+on the test models). A different kernel family changes the logits in their
+last bits, and a draw near a boundary may then go the other way.
+
+Without a seed, the seed is drawn from Lugh's default generator (never perl's
+C<rand>): call C<Lugh::srand($n)> once to make every unseeded call after it
+reproducible (see L<Lugh/srand>). Seeds are 32-bit, as llama.cpp's: a larger
+C<seed> is taken modulo 2**32.
+
+=head2 The chain
+
+    logit_bias -> penalties -> dry -> top_n_sigma -> top_k -> typ_p -> top_p
+               -> min_p -> xtc -> temperature -> dist (the draw)
+
+C<logit_bias> comes first and the draw last; the steps between run in the
+order of the C<samplers> option (above: the default, llama.cpp's). With
+C<mirostat_mode> 1 or 2 the chain is C<logit_bias>, C<temperature>, then
+mirostat, which draws itself: penalties, DRY and the truncations are not used,
+as in llama.cpp. C<greedy> (or a temperature of 0) runs the chain and takes
+the first of the most likely tokens left, with no draw.
 
 =head2 sample
 
@@ -414,19 +441,96 @@ make every unseeded draw after it reproducible (see L<Lugh/srand>).
         temperature => 0.7, top_k => 50, top_p => 0.9, min_p => 0.05,
         repeat_penalty => 1.1, presence_penalty => 0.2, frequency_penalty => 0.1,
         penalty_last_n => 64, history => \@ids_so_far, seed => 42);
+    my $id = $inference->sample(\@logits, seed => 7,
+        dry_multiplier => 0.8, xtc_probability => 0.5, typical_p => 0.95,
+        logit_bias => { 13 => 2.5, 198 => '-inf' },
+        samplers => [qw(penalties dry top_k typ_p top_p min_p xtc temperature)]);
 
-The index of the chosen logit (the token id). The steps run in llama.cpp's
-order: penalties over the last C<penalty_last_n> ids of C<history> (a
-repeated token's logit is divided by C<repeat_penalty> when positive,
-multiplied when negative, then lowered by C<count * frequency_penalty +
-presence_penalty>); then C<top_k> (0: off), C<top_p> (1: off), C<min_p> (0:
-off), C<temperature>, and a random draw. C<greedy>, or a temperature of 0,
-takes the most likely token after the penalties (ties: the lowest id).
+The index of the chosen logit (the token id). The options (llama-cpp-python's
+names; defaults are llama.cpp's common defaults):
 
-Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0, repeat_penalty 1,
-presence_penalty 0, frequency_penalty 0, penalty_last_n 64, no history, no
-seed. Out-of-range values croak (temperature < 0, top_p outside (0, 1], min_p
-outside [0, 1], repeat_penalty <= 0, a NaN logit).
+=over 4
+
+=item temperature (0.8)
+
+Divides the logits. 0 means greedy (the first most likely token).
+
+=item top_k (40)
+
+Keeps the k most likely tokens (0: off).
+
+=item top_p (0.95)
+
+Keeps the fewest most likely tokens whose probabilities reach p (1: off).
+
+=item min_p (0.05)
+
+Keeps the tokens whose logit is at least the best one's plus ln(p), that is
+at least p times as likely (0: off). B<Changed>: Lugh's default was 0 (off)
+before it adopted llama.cpp's defaults.
+
+=item typical_p (1)
+
+Locally typical sampling: the tokens whose surprise is closest to the
+distribution's entropy, until their probabilities pass p (1: off).
+
+=item top_n_sigma (-1)
+
+Keeps the tokens within n standard deviations of the best logit (<= 0: off).
+
+=item xtc_probability (0), xtc_threshold (0.1)
+
+XTC, "exclude top choices": with this probability (drawn from a generator of
+its own, seeded with the seed), removes every token at least C<xtc_threshold>
+likely but the least likely of them (probability 0 or a threshold above 0.5:
+off).
+
+=item repeat_penalty (1), presence_penalty (0), frequency_penalty (0), penalty_last_n (64)
+
+Over the last C<penalty_last_n> ids of the history (the prompt and what was
+generated; C<history> for sample()): a repeated token's logit is multiplied
+by C<repeat_penalty> when <= 0 and divided by it otherwise, then lowered by
+C<count * frequency_penalty + presence_penalty>.
+
+=item dry_multiplier (0), dry_base (1.75), dry_allowed_length (2), dry_penalty_last_n (64), dry_sequence_breakers (["\n", ":", "\"", "*"])
+
+DRY, "don't repeat yourself": a token that would extend a repetition of more
+than C<dry_allowed_length> tokens of the last C<dry_penalty_last_n> loses
+C<dry_multiplier * dry_base ** (length - dry_allowed_length)>. A sequence
+breaker (text, tokenized with the model's vocabulary as llama.cpp does) ends
+the stretch searched for repetitions. Multiplier 0: off.
+
+=item mirostat_mode (0; also spelled mirostat), mirostat_tau (5), mirostat_eta (0.1)
+
+Mirostat 1 or 2 (0: off): targets a surprise of C<mirostat_tau> bits,
+learning at rate C<mirostat_eta>; its state carries from token to token of a
+generation.
+
+=item logit_bias ({})
+
+C<< { token_id => bias } >>: added to those logits first; C<'-inf'> bans a
+token.
+
+=item samplers
+
+The order of the chain's middle steps: an array of llama.cpp's C<--samplers>
+names (C<penalties dry top_n_sigma top_k typ_p top_p min_p xtc temperature>;
+also C<top-k>, C<topk>, C<nucleus>, C<temp>, C<typ>), or one string of them
+separated by C<;>. A step left out is not run.
+
+=item seed, greedy, history
+
+The 32-bit seed (none: from the default generator); greedy; the ids before
+these logits, oldest first (for the penalties and DRY).
+
+=back
+
+Out-of-range values croak naming the option (temperature < 0, top_p outside
+(0, 1], min_p, typical_p, xtc_probability or xtc_threshold outside [0, 1],
+repeat_penalty <= 0, a negative or infinite dry_multiplier, dry_base,
+mirostat_tau or mirostat_eta, mirostat_mode other than 0, 1, 2, an unknown
+sampler name, a logit_bias key that is no token id or a bias that is NaN or
++inf, a NaN logit).
 
 =head2 sample_top_p
 
@@ -434,7 +538,7 @@ outside [0, 1], repeat_penalty <= 0, a NaN logit).
 
     my $id = $inference->sample_top_p(\@logits, 0.9, 1.0);    # top_p, temperature
 
-Nucleus sampling only (no top-k). Options: C<temperature> (0.8), C<top_p>
+Nucleus sampling only (the chain top_p, temperature). Options: C<temperature> (0.8), C<top_p>
 (0.95), C<seed>. The positional form, C<top_p> then C<temperature> after the
 logits, is the one Lugh 0.12's own tests used (0.12 itself ignored the
 values; this Lugh applies them).
@@ -445,7 +549,7 @@ values; this Lugh applies them).
 
     my $id = $inference->sample_top_k(\@logits, 40, 1.0);      # top_k, temperature
 
-Top-k sampling only (no top-p). Options: C<temperature> (0.8), C<top_k> (40),
+Top-k sampling only (the chain top_k, temperature). Options: C<temperature> (0.8), C<top_k> (40),
 C<seed>. Positionally, C<top_k> then C<temperature>, as for L</sample_top_p>.
 
 =head1 GENERATION

@@ -38,8 +38,8 @@ sub create {
     my %opt = Lugh::_options('Lugh::LoRA->create', \%CREATE_VALID, @args);
     my %given = @args;
     Lugh::_croak("Lugh::LoRA->create requires 'model' parameter (a Lugh::Model)") unless defined $opt{model};
-    Lugh::_croak('Lugh::LoRA->create: rank must be an integer between 1 and 256, got '
-        . (defined $opt{rank} ? $opt{rank} : 'undef'))
+    Lugh::_croak('Lugh::LoRA->create: rank must be between 1 and 256, got '
+        . (defined $opt{rank} ? $opt{rank} : 'undef') . ' (an integer)')
         if exists $given{rank}
         && !(defined $opt{rank} && $opt{rank} =~ /\A[0-9]+\z/ && $opt{rank} >= 1 && $opt{rank} <= 256);
     # no targets, or an empty list: the table's default (attn_q, attn_v)
@@ -104,7 +104,10 @@ C<target_modules>, C<rank_pattern>, C<alpha_pattern>, C<use_rslora>). The
 Hugging Face module names (C<model.layers.N.self_attn.q_proj>,
 C<mlp.up_proj>, C<model.embed_tokens>, C<lm_head>, ...) are mapped to the
 GGUF weights as the converter maps them, including the reordering of
-Llama's query and key rows.
+Llama's query and key rows. Without C<adapter_config.json> the file is
+read as Lugh 0.12 read it: every LoRA pair in it, each of the rank its
+tensors have, with alpha 1 (so the scale on C<B*A*x> is C<scale/rank>: give
+C<< scale => >> the adapter's C<lora_alpha> to use it as trained).
 
 =back
 

@@ -12,8 +12,11 @@ use JSON::PP ();
 our $VERSION = '0.20';
 
 # The fixed formats, as data: what goes around each role's content, the
-# generation prompt, the BOS text, and whether the system message is folded
-# into the first user message (families whose template has no system turn).
+# generation prompt, the BOS and EOS texts, and whether the system message is
+# folded into the first user message (families whose template has no system
+# turn). Listed in Lugh 0.12's order, which available_formats keeps.
+my @FORMAT_ORDER = qw(chatml llama2 llama3 mistral gemma zephyr alpaca vicuna raw);
+my %EOS_TEXT = (llama2 => '</s>', mistral => '</s>', zephyr => '</s>', vicuna => '</s>');
 my %FORMATS = (
     chatml => {
         system_prefix => "<|im_start|>system\n", system_suffix => "<|im_end|>\n",
@@ -68,11 +71,13 @@ my %FORMATS = (
     },
 );
 
+# Lugh 0.12's table, with llama now meaning Llama 3 and the families added since.
 my %ARCHITECTURE_FORMAT = (
-    llama => 'llama3', mistral => 'mistral', mixtral => 'mistral',
+    llama => 'llama3', llama2 => 'llama2', llama3 => 'llama3', mistral => 'mistral', mixtral => 'mistral',
     gemma => 'gemma', gemma2 => 'gemma', gemma3 => 'gemma',
     qwen => 'chatml', qwen2 => 'chatml', qwen2moe => 'chatml', qwen3 => 'chatml', qwen3moe => 'chatml',
-    phi3 => 'chatml', stablelm => 'zephyr',
+    phi => 'chatml', phi2 => 'chatml', phi3 => 'chatml', yi => 'chatml', internlm => 'chatml', stablelm => 'zephyr',
+    falcon => 'raw', gpt2 => 'raw', bloom => 'raw', starcoder => 'raw',
 );
 
 sub new {
@@ -96,8 +101,8 @@ sub new {
         $self->{format_name} = 'template';
     }
     else {
-        my $name = $opt{format} // 'chatml';
-        Lugh::_croak("Lugh::Prompt->new: unknown format '$name' (known: @{[ available_formats() ]})")
+        my $name = lc($opt{format} // 'chatml');    # case-insensitive, as in 0.12
+        Lugh::_croak("Lugh::Prompt->new: unknown format '$opt{format}' (known: @{[ available_formats() ]})")
             unless $FORMATS{$name};
         $self->{format_name} = $name;
     }
@@ -108,24 +113,25 @@ sub format_name { return $_[0]{format_name} }
 sub template    { return $_[0]{template} }
 
 sub available_formats {
-    my @names = sort keys %FORMATS;
+    my @names = @FORMAT_ORDER;
     return wantarray ? @names : \@names;
 }
 
 sub has_format {
     my ($name) = @_ == 2 ? @_[ 1 .. 1 ] : @_;
-    return defined $name && $FORMATS{$name} ? 1 : 0;
+    return defined $name && $FORMATS{ lc $name } ? 1 : 0;
 }
 
 sub get_format {
     my ($name) = @_ == 2 ? @_[ 1 .. 1 ] : @_;
-    return undef unless defined $name && $FORMATS{$name};
-    return { %{ $FORMATS{$name} }, name => $name };
+    return undef unless defined $name && $FORMATS{ lc $name };
+    my $f = $FORMATS{ lc $name };
+    return { %$f, name => lc $name, bos_token => $f->{bos}, eos_token => $EOS_TEXT{ lc $name } // '' };
 }
 
 sub format_for_architecture {
     my ($arch) = @_ == 2 ? @_[ 1 .. 1 ] : @_;
-    return $ARCHITECTURE_FORMAT{ $arch // '' } // 'chatml';
+    return $ARCHITECTURE_FORMAT{ lc($arch // '') } // 'chatml';
 }
 
 # Messages (hash references) first, then name => value pairs.
@@ -158,6 +164,8 @@ sub _fixed {
         Lugh::_croak("Lugh::Prompt->apply: unknown option '$unknown' (a fixed format takes add_generation_prompt"
                 . " and add_bos; template variables need a Jinja template)");
     }
+    # Lugh 0.12: no messages, no text; no new assistant turn after an assistant's
+    return '' unless @$messages;
     my $f = $FORMATS{ $self->{format_name} };
     my @list = @$messages;
     my $system = '';
@@ -180,7 +188,7 @@ sub _fixed {
         }
         $out .= $prefix . $content . $f->{"${kind}_suffix"};
     }
-    $out .= $f->{generation_prompt} if $flag{add_generation_prompt};
+    $out .= $f->{generation_prompt} if $flag{add_generation_prompt} && $messages->[-1]{role} ne 'assistant';
     return $out;
 }
 
@@ -253,7 +261,7 @@ Lugh::Prompt - chat prompts: the model's own Jinja template, or a fixed format
     );
 
     my $chatml = Lugh::Prompt->new(format => 'chatml');     # a fixed format
-    print $chatml->apply({ role => 'user', content => 'Hi' });   # with the generation prompt
+    print $chatml->apply({ role => 'user', content => 'Hi' });   # (ends with the generation prompt)
     print Lugh::Prompt::llama3({ role => 'user', content => 'Hi' });
 
     my $custom = Lugh::Prompt->new(template => '{% for m in messages %}{{ m.role }}: {{ m.content }}
@@ -320,6 +328,12 @@ text as the BOS token once:
     my $p = Lugh::Prompt->new(format => 'llama3');
     print $p->apply({ role => 'user', content => 'Hi' }, add_bos => 0, add_generation_prompt => 0);
 
+As in 0.12, a fixed format renders no messages as the empty string, and
+adds no generation prompt after a conversation that ends with the
+assistant's message (the model continues that message). A role other than
+C<system>, C<user> and C<assistant> (C<tool>, say) is written as a user's
+message; 0.12 left such messages out.
+
 =head2 format_name
 
     print $chatml->format_name;     # chatml (or llama3 ..., or 'template')
@@ -338,7 +352,10 @@ One message in a fixed format.
 
 =head2 available_formats
 
-    print join ' ', Lugh::Prompt->available_formats;   # alpaca chatml gemma llama2 llama3 mistral raw vicuna zephyr
+    print join ' ', Lugh::Prompt->available_formats;   # chatml llama2 llama3 mistral gemma zephyr alpaca vicuna raw
+
+In Lugh 0.12's order. Format names are case-insensitive everywhere
+(C<ChatML> is C<chatml>).
 
 =head2 has_format
 
@@ -350,7 +367,8 @@ One message in a fixed format.
     print $f->{user_prefix};                               # <|im_start|>user\n
 
 The format's pieces as a hash reference: C<name> (the format's name, as
-in Lugh 0.12), C<system_prefix>,
+in Lugh 0.12), C<bos_token> and C<eos_token> (the texts 0.12 gave; C<bos>
+is C<bos_token> again), C<system_prefix>,
 C<system_suffix>, C<user_prefix>, C<user_suffix>, C<assistant_prefix>,
 C<assistant_suffix>, C<generation_prompt>, C<bos>, and C<fold_system> (the
 system text goes into the first user message) and C<first_user_prefix>

@@ -189,14 +189,18 @@ C<'ngram'>. Required.
 
 How many tokens a step drafts, 1 to 16; default 4.
 
-=item temperature, top_k, top_p, min_p, greedy, seed
+=item temperature, top_k, top_p, min_p, typical_p, top_n_sigma, logit_bias, samplers, greedy, seed
 
 The sampling, as L<Lugh::Inference/generate> takes it, with the same
-defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0 (off). Greedy is
+defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama.cpp's).
+Greedy is
 C<< temperature => 0 >> or C<< greedy => 1 >>. C<seed> makes every call
 draw the same numbers; without it each call takes its seed from Lugh's
 default generator, which L<Lugh/srand> reseeds. The repetition penalties
-are not supported (they would depend on each verified row's own history).
+are not supported (they would depend on each verified row's own history),
+nor are DRY, XTC (a random step) and mirostat (a state carried from token to
+token). Drafting and verifying draw from Lugh's own generator, so the tokens
+are not llama.cpp's for a seed, as plain generation's are.
 
 =item ngram_min, ngram_max
 

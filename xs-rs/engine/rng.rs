@@ -1,6 +1,10 @@
-//! Lugh's random numbers ([`Rng`], xoshiro256**), never perl's `rand`: a
-//! `seed` makes a draw reproducible, and without one a call takes its seed
-//! from a process-wide default generator that `Lugh::srand` reseeds.
+//! Lugh's random numbers, never perl's `rand`: a `seed` makes a draw
+//! reproducible, and without one a call takes its seed from a process-wide
+//! default generator ([`Rng`], xoshiro256**) that `Lugh::srand` reseeds.
+//!
+//! Sampling draws from [`Mt19937`], the generator llama.cpp's samplers use
+//! (`std::mt19937`), turned into numbers in [0, 1) exactly as libstdc++'s
+//! `std::generate_canonical` does, so that a seed gives llama.cpp's tokens.
 use std::sync::Mutex;
 
 /// xoshiro256** (Blackman & Vigna), seeded through splitmix64 so that any u64
@@ -39,6 +43,97 @@ impl Rng {
     /// Uniform in [0, 1), with 53 bits of precision.
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// The 32-bit Mersenne Twister (Matsumoto & Nishimura), as C++'s
+/// `std::mt19937`: the same seed gives the same sequence of outputs.
+#[derive(Clone)]
+pub struct Mt19937 {
+    state: [u32; 624],
+    next: usize,
+}
+
+impl std::fmt::Debug for Mt19937 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mt19937").field("next", &self.next).finish_non_exhaustive()
+    }
+}
+
+impl Mt19937 {
+    const N: usize = 624;
+    const M: usize = 397;
+
+    pub fn new(seed: u32) -> Mt19937 {
+        let mut state = [0u32; 624];
+        state[0] = seed;
+        for i in 1..Self::N {
+            let prev = state[i - 1];
+            state[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+        }
+        Mt19937 { state, next: Self::N }
+    }
+
+    /// Regenerates the whole state (the "twist"), done every 624 outputs.
+    fn twist(&mut self) {
+        const UPPER: u32 = 0x8000_0000;
+        const LOWER: u32 = 0x7fff_ffff;
+        const MATRIX: u32 = 0x9908_b0df;
+        for i in 0..Self::N {
+            let y = (self.state[i] & UPPER) | (self.state[(i + 1) % Self::N] & LOWER);
+            let mag = if y & 1 == 1 { MATRIX } else { 0 };
+            self.state[i] = self.state[(i + Self::M) % Self::N] ^ (y >> 1) ^ mag;
+        }
+        self.next = 0;
+    }
+
+    pub fn next_u32(&mut self) -> u32 {
+        if self.next >= Self::N {
+            self.twist();
+        }
+        let mut y = self.state[self.next];
+        self.next += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    /// `std::uniform_real_distribution<double>(0, 1)` of libstdc++: two
+    /// outputs, the second the high part, summed and scaled in double
+    /// (rounding to 1 gives the largest double below 1 instead).
+    pub fn next_f64(&mut self) -> f64 {
+        let low = f64::from(self.next_u32());
+        let high = f64::from(self.next_u32());
+        let two32 = 4_294_967_296.0f64;
+        let r = (low + high * two32) / (two32 * two32);
+        if r >= 1.0 {
+            1.0 - f64::EPSILON / 2.0
+        } else {
+            r
+        }
+    }
+
+    /// `std::uniform_real_distribution<float>(0, 1)` of libstdc++: one
+    /// output, converted to float and scaled (1 becomes the largest float
+    /// below 1).
+    pub fn next_f32(&mut self) -> f32 {
+        let r = self.next_u32() as f32 / 4_294_967_296.0f32;
+        if r >= 1.0 {
+            1.0 - f32::EPSILON / 2.0
+        } else {
+            r
+        }
+    }
+}
+
+/// The 32-bit seed of one sampling call, as llama.cpp's samplers take it:
+/// the low 32 bits of `seed` when given, else a value of the default
+/// generator (so `Lugh::srand` makes unseeded calls reproducible too).
+pub fn sampling_seed(seed: Option<u64>) -> u32 {
+    match seed {
+        Some(seed) => seed as u32,
+        None => rng_for_call(None).next_u64() as u32,
     }
 }
 
@@ -84,6 +179,31 @@ mod tests {
         let mut r = Rng::new(7);
         let mean: f64 = (0..100_000).map(|_| r.next_f64()).sum::<f64>() / 100_000.0;
         assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn mt19937_gives_the_standard_outputs() {
+        // C++11 [rand.predef]: the 10000th output of a default-constructed
+        // (seed 5489) std::mt19937 is 4123659995
+        let mut mt = Mt19937::new(5489);
+        assert_eq!(mt.next_u32(), 3_499_211_612);
+        let mut mt = Mt19937::new(5489);
+        let last = (0..10_000).map(|_| mt.next_u32()).last();
+        assert_eq!(last, Some(4_123_659_995));
+        // seed 1: first outputs of the reference implementation (mt19937ar.c, init_genrand(1))
+        let mut mt = Mt19937::new(1);
+        assert_eq!([mt.next_u32(), mt.next_u32(), mt.next_u32()], [1_791_095_845, 4_282_876_139, 3_093_770_124]);
+    }
+
+    #[test]
+    fn mt19937_canonical_numbers_follow_libstdcxx() {
+        let mut mt = Mt19937::new(5489);
+        let (low, high) = (3_499_211_612u64, 581_869_302u64);
+        let expected = (low as f64 + high as f64 * 4_294_967_296.0) / 18_446_744_073_709_551_616.0;
+        assert_eq!(mt.next_f64(), expected);
+        let mut mt = Mt19937::new(5489);
+        assert_eq!(mt.next_f32(), 3_499_211_612u32 as f32 / 4_294_967_296.0);
+        assert_eq!(sampling_seed(Some((7u64 << 32) | 42)), 42, "llama.cpp's seeds are 32-bit");
     }
 
     #[test]

@@ -210,6 +210,19 @@ impl Perl {
         })
     }
 
+    /// A required integer in `min..=max`, checked before any cast (so a
+    /// negative count never wraps to a huge usize).
+    pub fn ranged_arg(self, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
+        let v = self.int_arg(sv, what)?;
+        if v < min {
+            return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
+        }
+        if v > max {
+            return Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}")));
+        }
+        Ok(v as usize)
+    }
+
     /// A required number argument.
     pub fn number_arg(self, sv: Sv, what: &str) -> Result<f64, Error> {
         self.checked(what, || {
@@ -272,6 +285,22 @@ impl Perl {
             // SAFETY: sv is an array reference.
             let n = unsafe { ffi::lugh_av_count(self.0, sv) };
             Ok((0..n).map(|i| unsafe { ffi::lugh_av_fetch(self.0, sv, i) }).collect())
+        })
+    }
+
+    /// A hash reference's (key, value) pairs, in the hash's order.
+    pub fn hash_arg(self, sv: Sv, what: &str) -> Result<Vec<(String, Sv)>, Error> {
+        self.checked(what, || {
+            if self.ref_kind(sv) != b'H' {
+                return Err(arg_error(what, format!("must be a HASH reference, got {}", self.describe(sv))));
+            }
+            // SAFETY: sv is a hash reference.
+            let pairs = unsafe { ffi::lugh_hv_pairs(self.0, sv) };
+            if self.ref_kind(pairs) != b'A' {
+                return Err(arg_error(what, "could not be read".into()));
+            }
+            let items = self.array_arg(pairs, what)?;
+            items.chunks_exact(2).map(|kv| Ok((self.text(kv[0]), kv[1]))).collect()
         })
     }
 

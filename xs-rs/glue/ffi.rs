@@ -51,6 +51,7 @@ extern "C" {
     pub fn lugh_sv_blessed(p: Interp, sv: Sv) -> *const c_char;
     pub fn lugh_av_count(p: Interp, rv: Sv) -> isize;
     pub fn lugh_av_fetch(p: Interp, rv: Sv, i: isize) -> Sv;
+    pub fn lugh_hv_pairs(p: Interp, rv: Sv) -> Sv;
 
     pub fn lugh_new_iv(p: Interp, v: isize) -> Sv;
     pub fn lugh_new_uv(p: Interp, v: usize) -> Sv;

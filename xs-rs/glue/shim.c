@@ -200,7 +200,7 @@ void lugh_xs_return_floats(void *my_perl_v, I32 ax, const float *values, size_t 
 static LUGH_THREAD_LOCAL SV *lugh_pending_error;
 
 enum lugh_read_op { LUGH_OK, LUGH_TRUE, LUGH_IV, LUGH_NV, LUGH_NUMBER_KIND, LUGH_PV, LUGH_REF_KIND,
-    LUGH_AV_COUNT, LUGH_AV_FETCH, LUGH_PAYLOAD };
+    LUGH_AV_COUNT, LUGH_AV_FETCH, LUGH_HV_PAIRS, LUGH_PAYLOAD };
 
 typedef struct {
     int op;
@@ -208,7 +208,7 @@ typedef struct {
     SSize_t index;
     IV iv;
     NV nv;
-    SV *copy;       /* LUGH_PV, LUGH_AV_FETCH: a new SV owned by the caller */
+    SV *copy;       /* LUGH_PV, LUGH_AV_FETCH, LUGH_HV_PAIRS: a new SV owned by the caller */
     void *payload;  /* LUGH_PAYLOAD */
 } lugh_read;
 
@@ -269,6 +269,19 @@ static void lugh_read_run(pTHX_ lugh_read *r) {
         r->copy = slot ? newSVsv(*slot) : newSV(0);
         break;
     }
+    case LUGH_HV_PAIRS: {
+        /* Copied into [key, value, ...]: a tied hash's FETCH runs here, guarded. */
+        HV *hv = (HV *)SvRV(sv);
+        AV *pairs = newAV();
+        HE *he;
+        r->copy = newRV_noinc((SV *)pairs);
+        hv_iterinit(hv);
+        while ((he = hv_iternext(hv))) {
+            av_push(pairs, newSVsv(hv_iterkeysv(he)));
+            av_push(pairs, newSVsv(hv_iterval(hv, he)));
+        }
+        break;
+    }
     case LUGH_PAYLOAD: {
         MAGIC *mg;
         SvGETMAGIC(sv);
@@ -284,7 +297,8 @@ static void lugh_read_run(pTHX_ lugh_read *r) {
 static int lugh_read_may_die(pTHX_ lugh_read *r) {
     SV *sv = r->sv;
     if (SvGMAGICAL(sv) || SvAMAGIC(sv)) return 1;
-    if ((r->op == LUGH_AV_COUNT || r->op == LUGH_AV_FETCH) && SvRMAGICAL(SvRV(sv))) return 1;
+    if ((r->op == LUGH_AV_COUNT || r->op == LUGH_AV_FETCH || r->op == LUGH_HV_PAIRS) && SvRMAGICAL(SvRV(sv)))
+        return 1;
     return 0;
 }
 
@@ -398,6 +412,14 @@ const char *lugh_sv_pv(void *my_perl_v, SV *sv, STRLEN *len, int *is_utf8) {
 }
 
 SSize_t lugh_av_count(void *my_perl_v, SV *rv) { LUGH_CTX; return (SSize_t)lugh_read_of(aTHX_ LUGH_AV_COUNT, rv).iv; }
+
+/* A hash reference's keys and values as a mortal [key, value, ...] reference
+ * (undef where reading it died). */
+SV *lugh_hv_pairs(void *my_perl_v, SV *rv) {
+    LUGH_CTX;
+    lugh_read r = lugh_read_of(aTHX_ LUGH_HV_PAIRS, rv);
+    return r.copy ? sv_2mortal(r.copy) : &PL_sv_undef;
+}
 
 SV *lugh_av_fetch(void *my_perl_v, SV *rv, SSize_t i) {
     LUGH_CTX;

@@ -4,12 +4,13 @@
 use super::grammar::grammar_arg;
 use super::lora::lora_arg;
 use super::rope::rope_arg;
+use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
 use crate::engine::generate::embedding::Pooling;
 use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
 use crate::engine::generate::logits::Logits;
-use crate::engine::generate::sampler::{Sampler, SamplerOptions};
+use crate::engine::generate::sampler::{Sampler, SamplerKind, SamplerOptions};
 use crate::engine::ggml::cpu_budget::MAX_THREADS;
 use crate::engine::model::tokenizer::EncodeOptions;
 use crate::engine::model::Model;
@@ -69,16 +70,16 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         Ok(())
     }),
     Opt::new("n_threads", |perl, sv, a| {
-        set(&mut a.options.n_threads, ranged_arg(perl, sv, "n_threads", 1, MAX_THREADS as i64).map(Some))
+        set(&mut a.options.n_threads, perl.ranged_arg(sv, "n_threads", 1, MAX_THREADS as i64).map(Some))
     }),
     Opt::new("n_ctx", |perl, sv, a| {
-        set(&mut a.options.n_ctx, ranged_arg(perl, sv, "n_ctx", 1, MAX_CTX as i64).map(Some))
+        set(&mut a.options.n_ctx, perl.ranged_arg(sv, "n_ctx", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("n_batch", |perl, sv, a| {
-        set(&mut a.options.n_batch, ranged_arg(perl, sv, "n_batch", 1, MAX_CTX as i64).map(Some))
+        set(&mut a.options.n_batch, perl.ranged_arg(sv, "n_batch", 1, MAX_CTX as i64).map(Some))
     }),
     Opt::new("n_gpu_layers", |perl, sv, a| {
-        set(&mut a.options.split.n_gpu_layers, count_arg(perl, sv, "n_gpu_layers", 0).map(Some))
+        set(&mut a.options.split.n_gpu_layers, perl.ranged_arg(sv, "n_gpu_layers", 0, i64::MAX).map(Some))
     }),
     Opt::new("tensor_split", |perl, sv, a| {
         let values = perl.array_arg(sv, "tensor_split")?;
@@ -87,7 +88,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         Ok(())
     }),
     Opt::new("main_device", |perl, sv, a| {
-        set(&mut a.options.split.main_device, count_arg(perl, sv, "main_device", 0).map(Some))
+        set(&mut a.options.split.main_device, perl.ranged_arg(sv, "main_device", 0, i64::MAX).map(Some))
     }),
     Opt::new("rpc", |perl, sv, a| {
         // an array of "host:port", or one string of them separated by commas
@@ -121,28 +122,11 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     }),
 ];
 
-/// The sampling options of sample() and generate() (defaults:
-/// [`SamplerOptions`]; the engine checks the ranges).
-pub(crate) const SAMPLING_OPTIONS: &[Opt<SamplerOptions>] = &[
-    Opt::new("greedy", |perl, sv, o| set(&mut o.greedy, perl.bool_arg(sv, "greedy"))),
-    Opt::new("temperature", |perl, sv, o| {
-        set(&mut o.temperature, perl.number_arg(sv, "temperature").map(|v| v as f32))
-    }),
-    Opt::new("top_k", |perl, sv, o| set(&mut o.top_k, count_arg(perl, sv, "top_k", 0))),
-    Opt::new("top_p", |perl, sv, o| set(&mut o.top_p, perl.number_arg(sv, "top_p").map(|v| v as f32))),
-    Opt::new("min_p", |perl, sv, o| set(&mut o.min_p, perl.number_arg(sv, "min_p").map(|v| v as f32))),
-    Opt::new("repeat_penalty", |perl, sv, o| {
-        set(&mut o.repeat_penalty, perl.number_arg(sv, "repeat_penalty").map(|v| v as f32))
-    }),
-    Opt::new("presence_penalty", |perl, sv, o| {
-        set(&mut o.presence_penalty, perl.number_arg(sv, "presence_penalty").map(|v| v as f32))
-    }),
-    Opt::new("frequency_penalty", |perl, sv, o| {
-        set(&mut o.frequency_penalty, perl.number_arg(sv, "frequency_penalty").map(|v| v as f32))
-    }),
-    Opt::new("penalty_last_n", |perl, sv, o| set(&mut o.penalty_last_n, count_arg(perl, sv, "penalty_last_n", 0))),
-    Opt::new("seed", |perl, sv, o| set(&mut o.seed, count_arg(perl, sv, "seed", 0).map(|v| Some(v as u64)))),
-];
+/// A forward call without tokens ("requires tokens": Lugh 0.12's words,
+/// which its scripts match).
+pub(crate) fn missing_tokens() -> Error {
+    Error::Argument("missing tokens: it requires tokens => [...] (an array of token ids)".into())
+}
 
 /// What sample() is given besides the sampling options.
 struct SampleArgs {
@@ -191,7 +175,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("rope", |perl, sv, a| set(&mut a.options.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("lora", |perl, sv, a| set(&mut a.options.overrides.adapters, lora_arg(perl, sv))),
     Opt::new("max_tokens", |perl, sv, a| {
-        set(&mut a.options.max_tokens, ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64))
+        set(&mut a.options.max_tokens, perl.ranged_arg(sv, "max_tokens", 0, i32::MAX as i64))
     }),
     Opt::new("eos_token", |perl, sv, a| {
         let id = perl.int_arg(sv, "eos_token")?;
@@ -213,7 +197,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     }),
     Opt::new("progress", |perl, sv, a| set(&mut a.progress, perl.code_arg(sv, "progress"))),
     Opt::new("logprobs", |perl, sv, a| {
-        set(&mut a.options.logprobs, ranged_arg(perl, sv, "logprobs", 0, a.n_vocab as i64).map(Some))
+        set(&mut a.options.logprobs, perl.ranged_arg(sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
     Opt::new("grammar", |perl, sv, a| set(&mut a.options.grammar, grammar_arg(perl, sv).map(Some))),
 ];
@@ -247,16 +231,16 @@ struct ScoreArgs {
 }
 
 const LOGPROBS_OPTIONS: &[Opt<ScoreArgs>] = &[
-    Opt::new("top", |perl, sv, a| set(&mut a.top, count_arg(perl, sv, "top", 0))),
+    Opt::new("top", |perl, sv, a| set(&mut a.top, perl.ranged_arg(sv, "top", 0, i64::MAX))),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
     Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
 const PERPLEXITY_OPTIONS: &[Opt<ScoreArgs>] = &[
-    Opt::new("n_ctx", |perl, sv, a| set(&mut a.n_ctx, ranged_arg(perl, sv, "n_ctx", 2, MAX_CTX as i64).map(Some))),
+    Opt::new("n_ctx", |perl, sv, a| set(&mut a.n_ctx, perl.ranged_arg(sv, "n_ctx", 2, MAX_CTX as i64).map(Some))),
     Opt::new("n_chunks", |perl, sv, a| {
-        set(&mut a.n_chunks, ranged_arg(perl, sv, "n_chunks", 1, i32::MAX as i64).map(Some))
+        set(&mut a.n_chunks, perl.ranged_arg(sv, "n_chunks", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("parse_special", |perl, sv, a| set(&mut a.parse_special, perl.bool_arg(sv, "parse_special"))),
     Opt::new("rope", |perl, sv, a| set(&mut a.overrides.rope, rope_arg(perl, sv).map(|c| Some(c.request())))),
@@ -446,7 +430,8 @@ fn sample_with(
         }
     };
     let logits = object.as_deref().map_or(list.as_slice(), Logits::values);
-    let mut sampler = Sampler::new(options)?;
+    let vocab = s.runner.model().vocab().ok();
+    let mut sampler = Sampler::with_vocab(options, vocab.as_deref())?;
     let id = sampler.sample(logits, extra.history.as_deref().unwrap_or(&[]))?;
     Ok(Ret::One(perl.int(id as i64)))
 }
@@ -458,26 +443,6 @@ fn optional<T>(perl: Perl, sv: Sv, f: impl FnOnce(Sv) -> Result<T, Error>) -> Re
     } else {
         Ok(None)
     }
-}
-
-fn count_arg(perl: Perl, sv: Sv, what: &str, min: i64) -> Result<usize, Error> {
-    let v = perl.int_arg(sv, what)?;
-    if v < min {
-        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
-    }
-    Ok(v as usize)
-}
-
-/// An integer in `min..=max`, checked before any cast.
-pub(crate) fn ranged_arg(perl: Perl, sv: Sv, what: &str, min: i64, max: i64) -> Result<usize, Error> {
-    let v = perl.int_arg(sv, what)?;
-    if v < min {
-        return Err(Error::Argument(format!("{what} must be an integer >= {min}, got {v}")));
-    }
-    if v > max {
-        return Err(Error::Argument(format!("{what} must be an integer <= {max}, got {v}")));
-    }
-    Ok(v as usize)
 }
 
 fn cache_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<CacheHandle>>, Error> {
@@ -572,7 +537,7 @@ xs_subs! { "Lugh::Inference";
     fn _forward(args) as "Lugh::Inference->forward" {
         let (s, call) = forward_args(args, FORWARD_OPTIONS)?;
         let perl = args.perl();
-        let tokens = call.tokens.ok_or_else(|| Error::Argument("missing tokens (an array of token ids)".into()))?;
+        let tokens = call.tokens.ok_or_else(missing_tokens)?;
         let output = if call.all { Output::All } else { Output::Last };
         let mut logits = s.forward(&tokens, call.cache.as_deref(), call.pool.as_deref(), output, &call.overrides)?;
         Ok(match (output, call.as_object) {
@@ -595,11 +560,15 @@ xs_subs! { "Lugh::Inference";
     }
 
     fn sample_top_p(args) as "Lugh::Inference->sample_top_p" {
-        sample_with(args, Some(&["temperature", "top_p", "seed"]), &["top_p", "temperature"], |o| o.top_k = 0)
+        sample_with(args, Some(&["temperature", "top_p", "seed"]), &["top_p", "temperature"], |o| {
+            o.samplers = vec![SamplerKind::TopP, SamplerKind::Temperature]
+        })
     }
 
     fn sample_top_k(args) as "Lugh::Inference->sample_top_k" {
-        sample_with(args, Some(&["temperature", "top_k", "seed"]), &["top_k", "temperature"], |o| o.top_p = 1.0)
+        sample_with(args, Some(&["temperature", "top_k", "seed"]), &["top_k", "temperature"], |o| {
+            o.samplers = vec![SamplerKind::TopK, SamplerKind::Temperature]
+        })
     }
 
     fn _generate(args) as "Lugh::Inference->generate" {

@@ -30,7 +30,7 @@ const ACCESSORS: &[Accessor<LoraAdapter>] = &[
 /// loaded adapter lacks).
 fn trainable_pairs<'a>(a: &'a LoraAdapter, what: &str) -> Result<&'a [TrainablePair], Error> {
     a.trainable().ok_or_else(|| {
-        Error::Argument(format!("{what} only available for trainable LoRA adapters (made by Lugh::LoRA->create)"))
+        Error::Argument(format!("{what} only available on trainable LoRA adapters (made by Lugh::LoRA->create)"))
     })
 }
 

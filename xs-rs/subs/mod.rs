@@ -17,6 +17,7 @@ mod optimizer;
 mod prompt;
 mod quant;
 mod rope;
+mod sampling_options;
 mod speculative;
 mod tensor;
 mod tokenizer;

@@ -33,10 +33,10 @@ fn scaling_type_arg(perl: Perl, sv: Sv) -> Result<ScalingType, Error> {
     let text = String::from_utf8_lossy(bytes).to_string();
     if let Ok(i) = text.trim().parse::<i64>() {
         return ScalingType::from_index(i)
-            .ok_or_else(|| Error::Argument(format!("rope scaling_type {i} is not known ({})", valid())));
+            .ok_or_else(|| Error::Argument(format!("Unknown scaling_type {i} ({})", valid())));
     }
     ScalingType::from_name(&text.to_ascii_lowercase())
-        .ok_or_else(|| Error::Argument(format!("rope scaling_type '{text}' is not known ({})", valid())))
+        .ok_or_else(|| Error::Argument(format!("Unknown scaling_type '{text}' ({})", valid())))
 }
 
 /// What new() makes when given nothing: 0 means "the model's" and an

@@ -1,7 +1,8 @@
 //! XS subs of Lugh::Speculative. The options of new and generate are
 //! declared here, once (tables of [`Opt`]); the sampling options are
 //! Lugh::Inference's, less the penalties.
-use super::inference::{ranged_arg, CLASS as INFERENCE_CLASS, SAMPLING_OPTIONS};
+use super::inference::CLASS as INFERENCE_CLASS;
+use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::generate::inference::Inference;
 use crate::engine::generate::ngram::NgramOptions;
 use crate::engine::generate::speculative::{check_k, Draft, SpecOptions, Speculative, MAX_K};
@@ -45,8 +46,10 @@ fn temperature(o: &SpecOptions) -> f32 {
 }
 
 /// The sampling options Lugh::Speculative takes (Lugh::Inference's
-/// penalties would depend on each verified row's own history).
-const SAMPLING: &[&str] = &["greedy", "temperature", "top_k", "top_p", "min_p", "seed"];
+/// penalties and DRY would depend on each verified row's own history, XTC
+/// is random and mirostat carries a state from token to token).
+const SAMPLING: &[&str] =
+    &["greedy", "temperature", "top_k", "top_p", "min_p", "typical_p", "top_n_sigma", "logit_bias", "samplers", "seed"];
 
 /// What new() is given.
 #[derive(Default)]
@@ -84,10 +87,10 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     Opt::<NewArgs>::new("k", |perl, sv, a| set(&mut a.k, perl.int_arg(sv, "k").and_then(check_k).map(Some)))
         .with_aliases(&["depth"]),
     Opt::new("ngram_min", |perl, sv, a| {
-        set(&mut a.ngram_min, ranged_arg(perl, sv, "ngram_min", 1, i32::MAX as i64).map(Some))
+        set(&mut a.ngram_min, perl.ranged_arg(sv, "ngram_min", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("ngram_max", |perl, sv, a| {
-        set(&mut a.ngram_max, ranged_arg(perl, sv, "ngram_max", 1, i32::MAX as i64).map(Some))
+        set(&mut a.ngram_max, perl.ranged_arg(sv, "ngram_max", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("exact", |perl, sv, a| set(&mut a.exact, perl.bool_arg(sv, "exact").map(Some))),
     Opt::new("grammar", |_, _, _| Err(no_grammar())),
@@ -105,7 +108,7 @@ const DEFAULT_MAX_TOKENS: usize = 256;
 
 const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("max_tokens", |perl, sv, a| set(&mut a.max_tokens, max_tokens_arg(perl, sv))),
-    Opt::new("seed", |perl, sv, a| set(&mut a.seed, ranged_arg(perl, sv, "seed", 0, i64::MAX).map(|v| Some(v as u64)))),
+    Opt::new("seed", |perl, sv, a| set(&mut a.seed, perl.ranged_arg(sv, "seed", 0, i64::MAX).map(|v| Some(v as u64)))),
     Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
     Opt::new("grammar", |_, _, _| Err(no_grammar())),
 ];
@@ -121,7 +124,7 @@ fn no_grammar() -> Error {
 }
 
 fn max_tokens_arg(perl: Perl, sv: Sv) -> Result<usize, Error> {
-    ranged_arg(perl, sv, "max_tokens", 0, i32::MAX as i64)
+    perl.ranged_arg(sv, "max_tokens", 0, i32::MAX as i64)
 }
 
 /// The valid names of new(): its own and the sampling ones it takes.
@@ -232,7 +235,7 @@ xs_subs! { "Lugh::Speculative";
         let perl = args.perl();
         let context = tokens_arg(perl, &s, args.get(1), "tokens")?;
         let n = match args.len() {
-            3 if perl.is_defined(args.get(2)) => ranged_arg(perl, args.get(2), "n_draft", 0, MAX_K as i64)?,
+            3 if perl.is_defined(args.get(2)) => perl.ranged_arg(args.get(2), "n_draft", 0, MAX_K as i64)?,
             _ => s.options().k,
         };
         Ok(ids(perl, &s.draft_tokens(&context, n)?))

@@ -100,7 +100,7 @@ xs_subs! { "Lugh::Train";
             train_full: false,
         };
         Given::read_into(perl, &args.rest(1), FORWARD_OPTIONS, &mut call)?;
-        let tokens = call.tokens.ok_or_else(|| Error::Argument("missing tokens (an array of token ids)".into()))?;
+        let tokens = call.tokens.ok_or_else(super::inference::missing_tokens)?;
         let (adapters, record, train_lora, train_full) = (call.adapters, call.record, call.train_lora, call.train_full);
         let mut params: Vec<Arc<Variable>> = Vec::new();
         if train_lora {

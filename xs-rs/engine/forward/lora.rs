@@ -465,18 +465,38 @@ fn read_gguf(path: &Path, model: &Model) -> Result<(f32, BTreeMap<String, Staged
 /// cannot honour refused.
 struct PeftConfig {
     alpha: f32,
-    rank: usize,
+    /// None without a config file: each pair's rank is its tensors'.
+    rank: Option<usize>,
     rslora: bool,
     targets: Option<Vec<String>>,
     rank_pattern: Vec<(String, usize)>,
     alpha_pattern: Vec<(String, f32)>,
 }
 
+/// Lugh 0.12 loaded a bare .safetensors adapter with alpha 1 (its scale on
+/// B·A·x is then scale / rank); without adapter_config.json so does Lugh.
+const BARE_SAFETENSORS_ALPHA: f32 = 1.0;
+
 fn read_peft_config(path: &Path, adapter: &Path) -> Result<PeftConfig> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        reason: format!("{e} (a PEFT adapter needs its adapter_config.json beside '{}')", adapter.display()),
-    })?;
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(PeftConfig {
+                alpha: BARE_SAFETENSORS_ALPHA,
+                rank: None,
+                rslora: false,
+                targets: None,
+                rank_pattern: Vec::new(),
+                alpha_pattern: Vec::new(),
+            })
+        }
+        Err(e) => {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                reason: format!("{e} (the adapter_config.json beside '{}')", adapter.display()),
+            })
+        }
+    };
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| invalid(path, format!("it is not valid JSON ({e})")))?;
     let number = |key: &str| json.get(key).and_then(|v| v.as_f64());
@@ -517,7 +537,7 @@ fn read_peft_config(path: &Path, adapter: &Path) -> Result<PeftConfig> {
     };
     Ok(PeftConfig {
         alpha,
-        rank,
+        rank: Some(rank),
         rslora: flag("use_rslora"),
         targets,
         rank_pattern: pattern("rank_pattern").into_iter().map(|(k, v)| (k, v as usize)).collect(),
@@ -664,7 +684,8 @@ fn read_safetensors(path: &Path, model: &Model) -> Result<(f32, BTreeMap<String,
             return Err(invalid(path, format!("the LoRA pair of module '{module}' lacks its A or B tensor")));
         };
         check_pair(path, model, &name, &a.ne, &b.ne)?;
-        let rank = config.rank_pattern.iter().find(|(k, _)| pattern_matches(k, &module)).map_or(config.rank, |p| p.1);
+        let configured = config.rank_pattern.iter().find(|(k, _)| pattern_matches(k, &module)).map(|p| p.1);
+        let rank = configured.or(config.rank).unwrap_or(b.ne[0] as usize);
         if b.ne[0] as usize != rank {
             return Err(invalid(
                 path,

@@ -525,7 +525,7 @@ impl Runner {
         }
         if caches.len() != sequences.len() {
             return Err(Error::Argument(format!(
-                "{} sequences but {} caches (give one cache per sequence)",
+                "cache count mismatch: {} sequences but {} caches (give one cache per sequence)",
                 sequences.len(),
                 caches.len()
             )));

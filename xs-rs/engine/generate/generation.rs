@@ -52,6 +52,11 @@ pub trait TokenText {
     fn tokenize_special(&self, _text: &[u8]) -> Vec<i32> {
         Vec::new()
     }
+    /// The whole vocabulary, where there is one (DRY's sequence breakers
+    /// are tokenized with it).
+    fn vocab(&self) -> Option<&Vocab> {
+        None
+    }
 }
 
 impl TokenText for Vocab {
@@ -66,6 +71,9 @@ impl TokenText for Vocab {
     }
     fn tokenize_special(&self, text: &[u8]) -> Vec<i32> {
         self.encode_bytes(text, EncodeOptions { add_bos: false, add_eos: false, parse_special: true })
+    }
+    fn vocab(&self) -> Option<&Vocab> {
+        Some(self)
     }
 }
 
@@ -225,7 +233,7 @@ pub fn generate<E: From<Error>>(
     // At least the last prompt token is evaluated: its logits are needed.
     let n_reused = common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1));
     check(source, tokens, prompt, options)?;
-    let mut sampler = Sampler::new(options.sampler.clone())?;
+    let mut sampler = Sampler::with_vocab(options.sampler.clone(), tokens.and_then(|t| t.vocab()))?;
     let mut result = Generation {
         tokens: Vec::new(),
         text: String::new(),
@@ -616,6 +624,8 @@ mod tests {
                 temperature: 50.0,
                 top_k: 0,
                 top_p: 1.0,
+                // llama.cpp's default min_p 0.05 would leave only the best token
+                min_p: 0.0,
                 ..SamplerOptions::default()
             },
             ..GenerateOptions::default()

@@ -8,9 +8,14 @@ pub mod embedding;
 pub mod generation;
 pub mod grammar;
 pub mod inference;
+// JSON schema -> GBNF; its callers (Lugh::Grammar's subs) are wired in separately.
+#[allow(dead_code)]
+pub mod json_schema;
 pub mod logits;
 pub mod ngram;
 pub mod sampler;
+pub mod sampler_steps;
 pub mod scoring;
 pub mod speculative;
+pub mod stl_sort;
 pub mod text_stream;

@@ -1,30 +1,44 @@
-//! Choosing the next token from logits: a chain of small steps over a list of
-//! candidates, as llama.cpp's sampler chain does (penalties → top-k → top-p →
-//! min-p → temperature → a final draw), ending in either a seeded random draw
-//! or the argmax.
+//! Choosing the next token from logits: llama.cpp b11434's sampler chain
+//! (common/sampling.cpp builds it, src/llama-sampler.cpp computes it), step
+//! for step and in its arithmetic, so that a seed gives llama.cpp's tokens:
 //!
-//! Randomness comes from our own generator ([`Rng`], xoshiro256**), never from
-//! perl's `rand`: a `seed` makes a draw reproducible, and without one the draw
-//! takes its seed from a process-wide default generator that `Lugh::srand`
+//! logit_bias → penalties → DRY → top-n-sigma → top-k → typical-p → top-p →
+//! min-p → XTC → temperature → dist (the order of the middle steps is the
+//! `samplers` option); with mirostat: logit_bias → temperature → mirostat.
+//!
+//! The steps work on [`Candidates`], kept in the order llama.cpp's array has
+//! (token order until a step sorts it), because the final draw walks them in
+//! that order. Sums are float where llama.cpp's are, double where its are.
+//!
+//! Randomness: `std::mt19937` ([`Mt19937`]) seeded with the 32-bit seed,
+//! one draw per token for `dist`, a generator of its own for XTC. Without a
+//! seed, the seed comes from the default generator that `Lugh::srand`
 //! reseeds.
 use crate::engine::generate::logits::first_max_of_numbers;
-use crate::engine::rng::{rng_for_call, Rng};
+use crate::engine::generate::sampler_steps::{
+    bucket_partial_sort, dist, min_p, mirostat_v1, mirostat_v2, temperature, top_k, top_n_sigma, top_p, typical_p, xtc,
+    Dry, DryBreakers, Mirostat, Penalties,
+};
+use crate::engine::generate::stl_sort;
+use crate::engine::model::tokenizer::Vocab;
+use crate::engine::rng::{sampling_seed, Mt19937};
 use crate::engine::{Error, Result};
 
-/// The tokens still in the running, with their (adjusted) logits. `probs` is
-/// filled by [`Candidates::softmax`], which also sorts by logit, best first.
-/// A sampler keeps one and refills it for every token, so after the first
-/// token its vectors are reused, never reallocated.
+/// The tokens still in the running: parallel vectors of ids, logits and
+/// probabilities (as llama.cpp's `llama_token_data_array`), with whether
+/// they are sorted by logit, best first. A sampler keeps one and refills it
+/// for every token, so after the first token nothing is reallocated.
 #[derive(Clone, Debug, Default)]
 pub struct Candidates {
     pub ids: Vec<i32>,
     pub logits: Vec<f32>,
     pub probs: Vec<f32>,
-    sorted: bool,
+    pub(crate) sorted: bool,
     // scratch for reordering
     order: Vec<usize>,
     spare_ids: Vec<i32>,
     spare_logits: Vec<f32>,
+    spare_probs: Vec<f32>,
 }
 
 impl Candidates {
@@ -35,17 +49,18 @@ impl Candidates {
         c
     }
 
-    /// Every token, with `logits`, unsorted.
+    /// Every token, with `logits`, in token order.
     pub fn fill(&mut self, logits: &[f32]) {
         self.ids.clear();
         self.ids.extend(0..logits.len() as i32);
         self.logits.clear();
         self.logits.extend_from_slice(logits);
         self.probs.clear();
+        self.probs.resize(logits.len(), 0.0);
         self.sorted = false;
     }
 
-    /// These (id, logit) pairs, unsorted.
+    /// These (id, logit) pairs, in this order, unsorted.
     pub fn set(&mut self, pairs: impl Iterator<Item = (i32, f32)>) {
         self.ids.clear();
         self.logits.clear();
@@ -54,6 +69,7 @@ impl Candidates {
             self.logits.push(logit);
         }
         self.probs.clear();
+        self.probs.resize(self.ids.len(), 0.0);
         self.sorted = false;
     }
 
@@ -65,78 +81,128 @@ impl Candidates {
         self.ids.is_empty()
     }
 
-    /// Sorts by logit (descending; ties keep the lower id first, like a
-    /// stable sort of ids in order) and computes the probabilities.
+    /// Bans a token (a grammar's or a caller's filter): its logit becomes
+    /// -inf, so that no step keeps it ahead of an allowed one.
+    // the grammar sampler (issue #37) is its first caller outside the tests
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn ban(&mut self, at: usize) {
+        self.logits[at] = f32::NEG_INFINITY;
+    }
+
+    /// Sorts (best first) and computes the probabilities, as callers that
+    /// want a distribution expect.
     pub fn softmax(&mut self) {
-        self.sort();
-        let max = self.logits.first().copied().unwrap_or(0.0);
-        self.probs.clear();
-        self.probs.extend(self.logits.iter().map(|&l| (l - max).exp()));
-        let sum: f32 = self.probs.iter().sum();
+        self.softmax_impl(true);
+    }
+
+    /// llama.cpp's `llama_sampler_softmax_impl`: optionally sorts, then
+    /// p = expf(logit - max) / (their float sum, taken in array order).
+    pub(crate) fn softmax_impl(&mut self, sort: bool) {
+        if self.is_empty() {
+            return;
+        }
+        if sort && !self.sorted {
+            self.sort();
+        }
+        let max = self.max_logit();
+        let mut sum = 0.0f32;
+        for (p, &l) in self.probs.iter_mut().zip(&self.logits) {
+            *p = (l - max).exp();
+            sum += *p;
+        }
         self.probs.iter_mut().for_each(|p| *p /= sum);
     }
 
-    fn sort(&mut self) {
+    /// The largest logit: the first one when sorted, else a scan as
+    /// llama.cpp's `std::max` scan.
+    pub(crate) fn max_logit(&self) -> f32 {
         if self.sorted {
-            return;
+            return self.logits[0];
         }
-        let mut order = std::mem::take(&mut self.order);
-        order.clear();
-        order.extend(0..self.len());
-        // (logit, id) is a total order: an unstable sort gives the stable result
-        order.sort_unstable_by(|&a, &b| self.better(a, b));
-        self.reorder(&order);
-        self.order = order;
-        self.probs.clear();
-        self.sorted = true;
+        self.logits[1..].iter().fold(self.logits[0], |m, &l| if m < l { l } else { m })
+    }
+
+    /// Sorts by logit, best first (llama.cpp's partial sort of all of
+    /// them: equal logits end where libstdc++ leaves them).
+    pub(crate) fn sort(&mut self) {
+        self.keep_best(self.len());
     }
 
     /// Keeps the candidates at `order`'s positions, in that order.
-    fn reorder(&mut self, order: &[usize]) {
+    pub(crate) fn reorder(&mut self, order: &[usize]) {
         self.spare_ids.clear();
         self.spare_ids.extend(order.iter().map(|&i| self.ids[i]));
         self.spare_logits.clear();
         self.spare_logits.extend(order.iter().map(|&i| self.logits[i]));
+        self.spare_probs.clear();
+        self.spare_probs.extend(order.iter().map(|&i| self.probs[i]));
         // copied back rather than swapped, so that each vector keeps its own
         // capacity (a swap would hand the vocabulary-sized one to the spare)
         self.ids.clear();
         self.ids.extend_from_slice(&self.spare_ids);
         self.logits.clear();
         self.logits.extend_from_slice(&self.spare_logits);
+        self.probs.clear();
+        self.probs.extend_from_slice(&self.spare_probs);
     }
 
-    /// Keeps the `n` best candidates, sorted. Unsorted, it selects them
-    /// first (linear time) so that top-k over a large vocabulary sorts only k.
-    fn truncate(&mut self, n: usize) {
-        let n = n.max(1);
-        if !self.sorted && n < self.len() {
+    /// llama.cpp's `llama_token_data_array_partial_sort_inplace`: the `n`
+    /// best candidates, sorted, kept alone (up to 128 by std::partial_sort,
+    /// more through its histogram of logits), exactly as it orders them.
+    pub(crate) fn keep_best(&mut self, n: usize) {
+        let n = n.min(self.len());
+        if !self.sorted {
             let mut order = std::mem::take(&mut self.order);
             order.clear();
             order.extend(0..self.len());
-            order.select_nth_unstable_by(n - 1, |&a, &b| self.better(a, b));
-            order.truncate(n);
+            if n <= 128 {
+                let logits = &self.logits;
+                stl_sort::partial_sort(&mut order, n, &mut |&a, &b| logits[a] > logits[b]);
+                order.truncate(n);
+            } else {
+                bucket_partial_sort(&self.logits, &mut order, n);
+            }
             self.reorder(&order);
             self.order = order;
-            self.probs.clear();
+            self.sorted = true;
         }
-        self.sort();
+        self.truncate(n);
+    }
+
+    /// Keeps the first `n` candidates.
+    pub(crate) fn truncate(&mut self, n: usize) {
         self.ids.truncate(n);
         self.logits.truncate(n);
         self.probs.truncate(n);
     }
 
-    /// Ordering of candidates: higher logit first, then lower id.
-    fn better(&self, a: usize, b: usize) -> std::cmp::Ordering {
-        self.logits[b].total_cmp(&self.logits[a]).then(self.ids[a].cmp(&self.ids[b]))
+    /// Drops the first `n` candidates, keeping the order.
+    pub(crate) fn drop_front(&mut self, n: usize) {
+        self.ids.drain(..n);
+        self.logits.drain(..n);
+        self.probs.drain(..n);
     }
 
-    /// The index of the highest logit (the lowest id among equals).
-    fn argmax(&self) -> usize {
+    /// Keeps the candidates for which `keep(logit)` holds, in order.
+    pub(crate) fn retain_logits(&mut self, keep: impl Fn(f32) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.len() {
+            if keep(self.logits[i]) {
+                self.ids[kept] = self.ids[i];
+                self.logits[kept] = self.logits[i];
+                self.probs[kept] = self.probs[i];
+                kept += 1;
+            }
+        }
+        self.truncate(kept);
+    }
+
+    /// The index of the first largest logit in array order (as llama.cpp's
+    /// temperature 0 keeps it).
+    pub(crate) fn first_max(&self) -> usize {
         let mut best = 0;
         for i in 1..self.len() {
-            let better = self.logits[i] > self.logits[best]
-                || (self.logits[i] == self.logits[best] && self.ids[i] < self.ids[best]);
-            if better {
+            if self.logits[i] > self.logits[best] {
                 best = i;
             }
         }
@@ -144,151 +210,79 @@ impl Candidates {
     }
 }
 
-/// One step of the chain: narrows or reshapes the candidates.
-pub trait Step {
-    fn apply(&mut self, cands: &mut Candidates);
+/// A step of the chain, by the names llama.cpp's `--samplers` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplerKind {
+    Penalties,
+    Dry,
+    TopNSigma,
+    TopK,
+    TypicalP,
+    TopP,
+    MinP,
+    Xtc,
+    Temperature,
 }
 
-/// Repetition, presence and frequency penalties over the last `last_n` tokens
-/// of the history (llama.cpp's `penalties`): a repeated token's logit is
-/// divided by `repeat` when positive and multiplied by it when negative, then
-/// lowered by `count * frequency + presence`.
-pub struct Penalties {
-    pub repeat: f32,
-    pub presence: f32,
-    pub frequency: f32,
-    pub counts: Vec<(i32, u32)>,
-}
+impl SamplerKind {
+    /// b11434's default order (common_params_sampling::samplers).
+    pub const DEFAULT_ORDER: [SamplerKind; 9] = [
+        SamplerKind::Penalties,
+        SamplerKind::Dry,
+        SamplerKind::TopNSigma,
+        SamplerKind::TopK,
+        SamplerKind::TypicalP,
+        SamplerKind::TopP,
+        SamplerKind::MinP,
+        SamplerKind::Xtc,
+        SamplerKind::Temperature,
+    ];
 
-impl Penalties {
-    #[cfg(test)]
-    pub fn new(repeat: f32, presence: f32, frequency: f32, history: &[i32], last_n: usize) -> Penalties {
-        let mut p = Penalties { repeat, presence, frequency, counts: Vec::new() };
-        p.count(history, last_n, &mut Vec::new());
-        p
+    /// llama.cpp's canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerKind::Penalties => "penalties",
+            SamplerKind::Dry => "dry",
+            SamplerKind::TopNSigma => "top_n_sigma",
+            SamplerKind::TopK => "top_k",
+            SamplerKind::TypicalP => "typ_p",
+            SamplerKind::TopP => "top_p",
+            SamplerKind::MinP => "min_p",
+            SamplerKind::Xtc => "xtc",
+            SamplerKind::Temperature => "temperature",
+        }
     }
 
-    /// Counts the last `last_n` tokens of `history` (reusing `counts` and
-    /// the `sorted` scratch vector).
-    pub fn count(&mut self, history: &[i32], last_n: usize, sorted: &mut Vec<i32>) {
-        let recent = &history[history.len().saturating_sub(last_n)..];
-        sorted.clear();
-        sorted.extend_from_slice(recent);
-        sorted.sort_unstable();
-        self.counts.clear();
-        for &id in sorted.iter() {
-            match self.counts.last_mut() {
-                Some((last, n)) if *last == id => *n += 1,
-                _ => self.counts.push((id, 1)),
+    /// A name as common_sampler_types_from_names reads it: canonical,
+    /// kebab-case (top-k), without the underscore (topk), or one of
+    /// nucleus, temp, typ; any case.
+    pub fn from_name(name: &str) -> Result<SamplerKind> {
+        let lower = name.to_ascii_lowercase();
+        let plain = |k: SamplerKind| {
+            let canonical = k.name();
+            lower == canonical || lower == canonical.replace('_', "-") || lower == canonical.replace('_', "")
+        };
+        if let Some(k) = Self::DEFAULT_ORDER.into_iter().find(|&k| plain(k)) {
+            return Ok(k);
+        }
+        match lower.as_str() {
+            "nucleus" => Ok(SamplerKind::TopP),
+            "temp" => Ok(SamplerKind::Temperature),
+            "typ" | "typical" | "typical_p" => Ok(SamplerKind::TypicalP),
+            _ => {
+                let names: Vec<&str> = Self::DEFAULT_ORDER.iter().map(|k| k.name()).collect();
+                Err(Error::Argument(format!("samplers: unknown sampler '{name}' (known: {})", names.join(", "))))
             }
         }
     }
 }
 
-impl Penalties {
-    /// Whether applying them changes no logit.
-    pub fn is_neutral(&self) -> bool {
-        self.counts.is_empty() || (self.repeat == 1.0 && self.presence == 0.0 && self.frequency == 0.0)
-    }
-}
-
-impl Step for Penalties {
-    fn apply(&mut self, cands: &mut Candidates) {
-        if self.is_neutral() {
-            return;
-        }
-        for (id, logit) in cands.ids.iter().zip(cands.logits.iter_mut()) {
-            let Ok(k) = self.counts.binary_search_by_key(id, |&(i, _)| i) else {
-                continue;
-            };
-            let count = self.counts[k].1 as f32;
-            if *logit > 0.0 {
-                *logit /= self.repeat;
-            } else {
-                *logit *= self.repeat;
-            }
-            *logit -= count * self.frequency + self.presence;
-        }
-        cands.sorted = false;
-    }
-}
-
-/// Keeps the `k` most likely candidates (k = 0: all).
-pub struct TopK(pub usize);
-
-impl Step for TopK {
-    fn apply(&mut self, cands: &mut Candidates) {
-        if self.0 > 0 && self.0 < cands.len() {
-            cands.truncate(self.0);
-        }
-    }
-}
-
-/// Nucleus sampling: keeps the smallest set of best candidates whose
-/// probabilities add up to at least `p` (p >= 1: all).
-pub struct TopP(pub f32);
-
-impl Step for TopP {
-    fn apply(&mut self, cands: &mut Candidates) {
-        if self.0 >= 1.0 {
-            return;
-        }
-        cands.softmax();
-        let mut sum = 0.0f32;
-        let mut keep = cands.len();
-        for (i, p) in cands.probs.iter().enumerate() {
-            sum += p;
-            if sum >= self.0 {
-                keep = i + 1;
-                break;
-            }
-        }
-        cands.truncate(keep);
-    }
-}
-
-/// Keeps candidates at least `p` times as likely as the best one (p = 0: all).
-pub struct MinP(pub f32);
-
-impl Step for MinP {
-    fn apply(&mut self, cands: &mut Candidates) {
-        if self.0 <= 0.0 || cands.is_empty() {
-            return;
-        }
-        cands.softmax();
-        let threshold = cands.probs[0] * self.0;
-        let keep = cands.probs.iter().take_while(|&&p| p >= threshold).count();
-        cands.truncate(keep);
-    }
-}
-
-/// Divides the logits by the temperature; a temperature of 0 (or below)
-/// keeps only the best candidate, so it means greedy, with no division.
-pub struct Temperature(pub f32);
-
-impl Step for Temperature {
-    fn apply(&mut self, cands: &mut Candidates) {
-        if self.0 <= 0.0 {
-            let best = cands.argmax();
-            cands.ids.swap(0, best);
-            cands.logits.swap(0, best);
-            cands.ids.truncate(1);
-            cands.logits.truncate(1);
-            cands.probs.clear();
-            cands.sorted = true;
-            return;
-        }
-        if self.0 != 1.0 {
-            cands.logits.iter_mut().for_each(|l| *l /= self.0);
-            cands.probs.clear();
-        }
-    }
-}
-
-/// The settings of a sampler, as the caller gives them.
+/// The settings of a sampler, as the caller gives them. Defaults are
+/// llama.cpp's common defaults (temperature 0.8, top_k 40, top_p 0.95,
+/// min_p 0.05, the rest off).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerOptions {
-    /// Always the most likely token (after penalties).
+    /// Always the most likely token after the chain (as temperature 0).
     pub greedy: bool,
     pub temperature: f32,
     /// 0 = off.
@@ -298,28 +292,65 @@ pub struct SamplerOptions {
     /// 0.0 = off.
     pub min_p: f32,
     /// 1.0 = off.
+    pub typical_p: f32,
+    /// <= 0 = off.
+    pub top_n_sigma: f32,
+    /// 0.0 = off.
+    pub xtc_probability: f32,
+    /// > 0.5 = off.
+    pub xtc_threshold: f32,
+    /// 1.0 = off.
     pub repeat_penalty: f32,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
     /// How many of the most recent history tokens the penalties look at.
     pub penalty_last_n: usize,
+    /// 0.0 = off.
+    pub dry_multiplier: f32,
+    /// Below 1 = off.
+    pub dry_base: f32,
+    pub dry_allowed_length: usize,
+    /// How many of the most recent history tokens DRY looks at (0 = off).
+    pub dry_penalty_last_n: usize,
+    pub dry_sequence_breakers: Vec<String>,
+    /// 0 = off, 1 = mirostat, 2 = mirostat 2.0.
+    pub mirostat_mode: u8,
+    pub mirostat_tau: f32,
+    pub mirostat_eta: f32,
+    /// (token, bias) pairs added to the logits first; -inf bans a token.
+    pub logit_bias: Vec<(i32, f32)>,
+    /// The order of the middle of the chain.
+    pub samplers: Vec<SamplerKind>,
     /// None: seeded from the default generator.
     pub seed: Option<u64>,
 }
 
 impl Default for SamplerOptions {
-    /// Lugh's documented defaults: temperature 0.8, top_k 40, top_p 0.95.
     fn default() -> Self {
         SamplerOptions {
             greedy: false,
             temperature: 0.8,
             top_k: 40,
             top_p: 0.95,
-            min_p: 0.0,
+            min_p: 0.05,
+            typical_p: 1.0,
+            top_n_sigma: -1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
             repeat_penalty: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             penalty_last_n: 64,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: 64,
+            dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
+            mirostat_mode: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
+            logit_bias: Vec::new(),
+            samplers: SamplerKind::DEFAULT_ORDER.to_vec(),
             seed: None,
         }
     }
@@ -335,65 +366,196 @@ impl SamplerOptions {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad("top_p", self.top_p, "in (0, 1]");
         }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("min_p", self.min_p, "in [0, 1]");
+        let unit = [
+            ("min_p", self.min_p),
+            ("typical_p", self.typical_p),
+            ("xtc_probability", self.xtc_probability),
+            ("xtc_threshold", self.xtc_threshold),
+        ];
+        for (what, v) in unit {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(what, v, "in [0, 1]");
+            }
         }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite() && (1.0 / self.repeat_penalty).is_finite()) {
             return bad("repeat_penalty", self.repeat_penalty, "a number > 0");
         }
-        if !self.presence_penalty.is_finite() {
-            return bad("presence_penalty", self.presence_penalty, "a finite number");
+        let finite = [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+            ("top_n_sigma", self.top_n_sigma),
+        ];
+        for (what, v) in finite {
+            if !v.is_finite() {
+                return bad(what, v, "a finite number");
+            }
         }
-        if !self.frequency_penalty.is_finite() {
-            return bad("frequency_penalty", self.frequency_penalty, "a finite number");
+        let at_least_zero = [
+            ("dry_multiplier", self.dry_multiplier),
+            ("dry_base", self.dry_base),
+            ("mirostat_tau", self.mirostat_tau),
+            ("mirostat_eta", self.mirostat_eta),
+        ];
+        for (what, v) in at_least_zero {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(what, v, "a finite number >= 0");
+            }
+        }
+        if self.mirostat_mode > 2 {
+            return Err(Error::Argument(format!("mirostat_mode must be 0, 1 or 2, got {}", self.mirostat_mode)));
+        }
+        if self.dry_sequence_breakers.iter().any(String::is_empty) {
+            return Err(Error::Argument("dry_sequence_breakers must not contain an empty string".into()));
+        }
+        for &(id, bias) in &self.logit_bias {
+            if id < 0 {
+                return Err(Error::Argument(format!("logit_bias: token {id} is not a token id")));
+            }
+            if bias.is_nan() || bias == f32::INFINITY {
+                return Err(Error::Argument(format!(
+                    "logit_bias: the bias of token {id} must be a number or '-inf', got {bias}"
+                )));
+            }
         }
         Ok(())
     }
+
+    fn is_greedy(&self) -> bool {
+        self.greedy || self.temperature <= 0.0
+    }
+
+    pub(crate) fn penalties_on(&self) -> bool {
+        self.penalty_last_n > 0
+            && !(self.repeat_penalty == 1.0 && self.frequency_penalty == 0.0 && self.presence_penalty == 0.0)
+    }
+
+    pub(crate) fn dry_on(&self) -> bool {
+        self.dry_multiplier != 0.0 && self.dry_base >= 1.0 && self.dry_penalty_last_n > 0
+    }
+
+    /// Whether the chain, greedy, may choose another token than the
+    /// largest logit (otherwise the argmax is taken without it).
+    fn changes_the_argmax(&self) -> bool {
+        let has = |k| self.samplers.contains(&k);
+        !self.logit_bias.is_empty()
+            || (has(SamplerKind::Penalties) && self.penalties_on())
+            || (has(SamplerKind::Dry) && self.dry_on())
+            || (has(SamplerKind::TypicalP) && self.typical_p < 1.0)
+            || (has(SamplerKind::Xtc) && self.xtc_probability > 0.0 && self.xtc_threshold <= 0.5)
+    }
 }
 
-/// A sampler: the chain built from [`SamplerOptions`] plus its generator.
-/// One sampler serves a whole generation, so a seed fixes every draw.
+/// A sampler: the chain built from [`SamplerOptions`] plus its generators
+/// and state. One sampler serves a whole generation, so a seed fixes every
+/// draw and mirostat's mu carries over.
 pub struct Sampler {
     options: SamplerOptions,
-    rng: Rng,
+    rng: Mt19937,
+    xtc_rng: Mt19937,
+    mirostat: Mirostat,
     // kept between tokens so that sampling allocates nothing once warm
     cands: Candidates,
     penalties: Penalties,
-    sorted_history: Vec<i32>,
+    dry: Dry,
 }
 
 impl Sampler {
-    pub fn new(options: SamplerOptions) -> Result<Sampler> {
+    /// A sampler for a model's vocabulary: DRY's breakers are tokenized
+    /// with it, and its suppress_tokens are never picked. Without one, DRY's
+    /// sequence breakers must be none.
+    pub fn with_vocab(mut options: SamplerOptions, vocab: Option<&Vocab>) -> Result<Sampler> {
         options.validate()?;
-        let rng = rng_for_call(options.seed);
-        let penalties = Penalties {
-            repeat: options.repeat_penalty,
-            presence: options.presence_penalty,
-            frequency: options.frequency_penalty,
-            // the penalty window, reserved whole (within reason)
-            counts: Vec::with_capacity(options.penalty_last_n.min(4096)),
+        // after the user's biases, as common_sampler merges them
+        if let Some(vocab) = vocab {
+            options.logit_bias.extend(vocab.suppress_tokens().iter().map(|&id| (id, f32::NEG_INFINITY)));
+        }
+        let seed = sampling_seed(options.seed);
+        let dry_used = options.samplers.contains(&SamplerKind::Dry) && options.dry_on() && options.mirostat_mode == 0;
+        let breakers = match (dry_used && !options.dry_sequence_breakers.is_empty(), vocab) {
+            (false, _) => DryBreakers::default(),
+            (true, Some(vocab)) => DryBreakers::new(vocab, &options.dry_sequence_breakers)?,
+            (true, None) => {
+                return Err(Error::Argument(
+                    "dry_sequence_breakers need a model with a vocabulary (give dry_sequence_breakers => [])".into(),
+                ))
+            }
         };
-        let sorted_history = Vec::with_capacity(options.penalty_last_n.min(4096));
-        Ok(Sampler { options, rng, cands: Candidates::default(), penalties, sorted_history })
+        let mirostat =
+            Mirostat { tau: options.mirostat_tau, eta: options.mirostat_eta, mu: 2.0 * options.mirostat_tau };
+        Ok(Sampler {
+            options,
+            rng: Mt19937::new(seed),
+            xtc_rng: Mt19937::new(seed),
+            mirostat,
+            cands: Candidates::default(),
+            penalties: Penalties::default(),
+            dry: Dry::new(breakers),
+        })
     }
 
-    /// The next token for `logits`, penalising tokens of `history`: a draw
-    /// from [`Sampler::distribution`] (greedy: its one token, no draw).
+    /// The next token for `logits`, penalising tokens of `history` (the
+    /// prompt and what was generated, oldest first).
     pub fn sample(&mut self, logits: &[f32], history: &[i32]) -> Result<i32> {
-        let greedy = self.options.greedy || self.options.temperature <= 0.0;
-        self.distribution(logits, history)?;
-        if greedy {
-            return Ok(self.cands.ids[0]);
+        self.sample_filtered(logits, history, &mut |_| {})
+    }
+
+    /// As [`Sampler::sample`], with `filter` applied to the candidates (all
+    /// tokens, in token order) before the chain: the seam for constrained
+    /// sampling. llama.cpp's grammar sampling calls `sample` first, and only
+    /// when that token is not allowed calls this with the grammar banning
+    /// ([`Candidates::ban`]) what it does not allow: a second draw.
+    pub fn sample_filtered(
+        &mut self,
+        logits: &[f32],
+        history: &[i32],
+        filter: &mut dyn FnMut(&mut Candidates),
+    ) -> Result<i32> {
+        if let Some(id) = self.load(logits, filter)? {
+            return Ok(id);
         }
-        let r = self.rng.next_f64() as f32;
-        Ok(draw(&self.cands.ids, &self.cands.probs, r))
+        let greedy = self.options.is_greedy();
+        if self.options.mirostat_mode != 0 && !greedy {
+            return self.mirostat_chain();
+        }
+        self.run_chain(history, greedy);
+        if self.cands.logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+            return Err(Error::Argument("every token is excluded (every logit is -inf)".into()));
+        }
+        let chosen = if greedy { self.cands.first_max() } else { dist(&mut self.rng, &mut self.cands) };
+        Ok(self.cands.ids[chosen])
     }
 
     /// The distribution `sample` draws from: the candidates the chain
-    /// leaves, best first, with their probabilities (`probs`, summing to 1).
-    /// Greedy: the best token alone, with probability 1. Speculative
-    /// decoding compares these distributions of two models.
+    /// leaves, best first, with their probabilities (summing to 1). Greedy:
+    /// the best token alone, with probability 1. Speculative decoding
+    /// compares these distributions of two models.
     pub fn distribution(&mut self, logits: &[f32], history: &[i32]) -> Result<&Candidates> {
+        if self.options.mirostat_mode != 0 {
+            return Err(Error::Argument("mirostat has no fixed distribution to compare (mirostat_mode 0 here)".into()));
+        }
+        let greedy = self.options.is_greedy();
+        if self.load(logits, &mut |_| {})?.is_none() {
+            self.run_chain(history, greedy);
+        }
+        if greedy {
+            let best = self.cands.first_max();
+            let (id, logit) = (self.cands.ids[best], self.cands.logits[best]);
+            self.cands.set(std::iter::once((id, logit)));
+        }
+        self.cands.retain_logits(|l| l != f32::NEG_INFINITY);
+        if self.cands.is_empty() {
+            return Err(Error::Argument("every token is excluded (every logit is -inf)".into()));
+        }
+        self.cands.softmax();
+        Ok(&self.cands)
+    }
+
+    /// Checks the logits and fills the candidates (logit_bias and `filter`
+    /// applied). Some(id) when the answer needs no chain: greedy without a
+    /// step that could change it, or +inf logits (the softmax's limit: the
+    /// +inf tokens share all the probability; the chain would compute
+    /// inf - inf = NaN).
+    fn load(&mut self, logits: &[f32], filter: &mut dyn FnMut(&mut Candidates)) -> Result<Option<i32>> {
         if logits.is_empty() {
             return Err(Error::Argument("logits are empty".into()));
         }
@@ -402,47 +564,63 @@ impl Sampler {
             let i = logits.iter().position(|l| l.is_nan()).unwrap_or(0);
             return Err(Error::Argument(format!("logit {i} is not a number (NaN)")));
         }
-        let o = &self.options;
-        let greedy = o.greedy || o.temperature <= 0.0;
+        if let Some(&(id, _)) = self.options.logit_bias.iter().find(|&&(id, _)| id as usize >= logits.len()) {
+            return Err(Error::Argument(format!("logit_bias: token {id} is out of range [0, {})", logits.len())));
+        }
+        let greedy = self.options.is_greedy();
         if logits.contains(&f32::INFINITY) {
-            // The softmax's limit: the +inf tokens share all the probability
-            // (the chain would compute inf - inf = NaN).
-            let winners = (0..logits.len()).filter(|&i| logits[i] == f32::INFINITY);
-            self.cands.set(winners.take(if greedy { 1 } else { usize::MAX }).map(|i| (i as i32, 0.0)));
+            let winners = (0..logits.len() as i32).filter(|&i| logits[i as usize] == f32::INFINITY);
+            self.cands.set(winners.take(if greedy { 1 } else { usize::MAX }).map(|i| (i, 0.0)));
             self.cands.softmax();
-            return Ok(&self.cands);
+            let chosen = dist(&mut self.rng, &mut self.cands);
+            return Ok(Some(self.cands.ids[chosen]));
         }
         if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
             return Err(Error::Argument("every logit is -inf: there is no token to draw".into()));
         }
-        let no_penalties = o.repeat_penalty == 1.0 && o.presence_penalty == 0.0 && o.frequency_penalty == 0.0;
-        if greedy && no_penalties {
-            // the chain would change nothing: the first largest logit, without
-            // copying a whole vocabulary of candidates per token
-            let best = first_max_of_numbers(logits);
-            self.cands.set(std::iter::once((best as i32, logits[best])));
-            self.cands.softmax();
-            return Ok(&self.cands);
-        }
-        if no_penalties {
-            self.penalties.counts.clear();
-        } else {
-            self.penalties.count(history, o.penalty_last_n, &mut self.sorted_history);
-        }
         self.cands.fill(logits);
-        let (mut top_k, mut top_p, mut min_p, mut temperature) =
-            (TopK(o.top_k), TopP(o.top_p), MinP(o.min_p), Temperature(o.temperature));
-        let chain: [&mut dyn Step; 5] = [&mut self.penalties, &mut top_k, &mut top_p, &mut min_p, &mut temperature];
-        // greedy: the penalties, then the best (temperature 0 keeps it alone)
-        let steps = if greedy { 1 } else { chain.len() };
-        for step in chain.into_iter().take(steps) {
-            step.apply(&mut self.cands);
+        for &(id, bias) in &self.options.logit_bias {
+            self.cands.logits[id as usize] += bias;
         }
-        if greedy {
-            Temperature(0.0).apply(&mut self.cands);
+        filter(&mut self.cands);
+        if greedy && !self.options.changes_the_argmax() {
+            // the chain would keep the first largest logit: take it without
+            // running it over a whole vocabulary
+            let best = first_max_of_numbers(&self.cands.logits);
+            let (id, logit) = (self.cands.ids[best], self.cands.logits[best]);
+            self.cands.set(std::iter::once((id, logit)));
         }
-        self.cands.softmax();
-        Ok(&self.cands)
+        Ok(None)
+    }
+
+    /// The middle of the chain, in the order of `samplers`.
+    fn run_chain(&mut self, history: &[i32], greedy: bool) {
+        let o = &self.options;
+        let c = &mut self.cands;
+        for &kind in &o.samplers {
+            match kind {
+                SamplerKind::Penalties => self.penalties.apply(o, history, c),
+                SamplerKind::Dry => self.dry.apply(o, history, c),
+                SamplerKind::TopNSigma => top_n_sigma(o.top_n_sigma, c),
+                SamplerKind::TopK => top_k(o.top_k, c),
+                SamplerKind::TypicalP => typical_p(o.typical_p, c),
+                SamplerKind::TopP => top_p(o.top_p, c),
+                SamplerKind::MinP => min_p(o.min_p, c),
+                SamplerKind::Xtc => xtc(o.xtc_probability, o.xtc_threshold, &mut self.xtc_rng, c),
+                SamplerKind::Temperature => temperature(if greedy { 0.0 } else { o.temperature }, c),
+            }
+        }
+    }
+
+    /// logit_bias → temperature → mirostat (v1 or v2).
+    fn mirostat_chain(&mut self) -> Result<i32> {
+        let n_vocab = self.cands.len();
+        temperature(self.options.temperature, &mut self.cands);
+        let chosen = match self.options.mirostat_mode {
+            1 => mirostat_v1(&mut self.mirostat, n_vocab, &mut self.rng, &mut self.cands),
+            _ => mirostat_v2(&mut self.mirostat, &mut self.rng, &mut self.cands),
+        };
+        Ok(self.cands.ids[chosen])
     }
 }
 
@@ -461,119 +639,5 @@ pub fn draw(ids: &[i32], probs: &[f32], r: f32) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn opts() -> SamplerOptions {
-        SamplerOptions { seed: Some(1), ..SamplerOptions::default() }
-    }
-
-    #[test]
-    fn infinite_logits_win_and_all_minus_infinity_is_an_error() {
-        let inf = f32::INFINITY;
-        for seed in 0..20 {
-            let mut s = Sampler::new(SamplerOptions { seed: Some(seed), ..SamplerOptions::default() }).unwrap();
-            assert_eq!(s.sample(&[1.0, inf, 3.0], &[]).unwrap(), 1);
-            let id = s.sample(&[inf, 0.0, inf], &[]).unwrap();
-            assert!(id == 0 || id == 2);
-        }
-        let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
-        assert_eq!(s.sample(&[1.0, 2.0, inf], &[1, 2]).unwrap(), 2);
-        assert!(s.sample(&[-inf, -inf], &[]).is_err());
-        assert_eq!(s.sample(&[-inf, 0.5], &[]).unwrap(), 1);
-    }
-
-    #[test]
-    fn greedy_and_zero_temperature_take_the_argmax() {
-        let logits = [0.1, 3.0, 2.9, -1.0];
-        let mut s = Sampler::new(SamplerOptions { greedy: true, ..opts() }).unwrap();
-        assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
-        let mut s = Sampler::new(SamplerOptions { temperature: 0.0, ..opts() }).unwrap();
-        assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
-        // Ties: the lower id.
-        assert_eq!(s.sample(&[1.0, 5.0, 5.0], &[]).unwrap(), 1);
-    }
-
-    #[test]
-    fn top_k_one_is_deterministic() {
-        let mut s = Sampler::new(SamplerOptions { top_k: 1, temperature: 5.0, ..opts() }).unwrap();
-        for _ in 0..20 {
-            assert_eq!(s.sample(&[0.0, 1.0, 0.5], &[]).unwrap(), 1);
-        }
-    }
-
-    #[test]
-    fn top_p_keeps_the_nucleus() {
-        let mut c = Candidates::from_logits(&[0.0, 10.0, 9.0, -5.0]);
-        TopP(0.9).apply(&mut c);
-        assert_eq!(c.ids, vec![1, 2]);
-        let mut c = Candidates::from_logits(&[0.0, 10.0, 9.0, -5.0]);
-        TopP(0.5).apply(&mut c);
-        assert_eq!(c.ids, vec![1]);
-    }
-
-    #[test]
-    fn min_p_drops_unlikely_tokens() {
-        let mut c = Candidates::from_logits(&[0.0, 2.0, 1.9, -3.0]);
-        MinP(0.5).apply(&mut c);
-        assert_eq!(c.ids, vec![1, 2]);
-    }
-
-    #[test]
-    fn penalties_follow_llama_cpp() {
-        let mut c = Candidates::from_logits(&[2.0, -2.0, 1.0]);
-        Penalties::new(2.0, 0.5, 0.25, &[0, 1, 1, 9], 64).apply(&mut c);
-        assert_eq!(c.logits, vec![2.0 / 2.0 - 0.25 - 0.5, -2.0 * 2.0 - 0.5 - 0.5, 1.0]);
-        // Only the last n history tokens count.
-        let mut c = Candidates::from_logits(&[2.0, 2.0]);
-        Penalties::new(2.0, 0.0, 0.0, &[0, 1], 1).apply(&mut c);
-        assert_eq!(c.logits, vec![2.0, 1.0]);
-    }
-
-    #[test]
-    fn repeat_penalty_changes_greedy_choice() {
-        let mut s = Sampler::new(SamplerOptions { greedy: true, repeat_penalty: 2.0, ..opts() }).unwrap();
-        assert_eq!(s.sample(&[3.0, 2.0], &[0]).unwrap(), 1);
-    }
-
-    #[test]
-    fn seeded_draws_repeat_and_follow_the_distribution() {
-        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let run = |seed| {
-            let mut s = Sampler::new(SamplerOptions { seed: Some(seed), top_k: 0, top_p: 1.0, ..opts() }).unwrap();
-            (0..30).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
-        };
-        assert_eq!(run(5), run(5));
-        assert_ne!(run(5), run(6));
-        // Two tokens, logits ln(3) and 0 at temperature 1: about 3:1.
-        let mut s = Sampler::new(SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, ..opts() }).unwrap();
-        let firsts = (0..20_000).filter(|_| s.sample(&[3f32.ln(), 0.0], &[]).unwrap() == 0).count();
-        assert!((firsts as f64 / 20_000.0 - 0.75).abs() < 0.02, "{firsts}");
-    }
-
-    #[test]
-    fn bad_values_are_rejected() {
-        for o in [
-            SamplerOptions { temperature: -1.0, ..opts() },
-            SamplerOptions { top_p: 0.0, ..opts() },
-            SamplerOptions { top_p: 1.5, ..opts() },
-            SamplerOptions { min_p: 2.0, ..opts() },
-            SamplerOptions { repeat_penalty: 0.0, ..opts() },
-            SamplerOptions { temperature: f32::NAN, ..opts() },
-        ] {
-            assert!(Sampler::new(o).is_err());
-        }
-        let mut s = Sampler::new(opts()).unwrap();
-        assert!(s.sample(&[], &[]).is_err());
-        assert!(s.sample(&[1.0, f32::NAN], &[]).to_string_err().contains("logit 1"));
-    }
-
-    trait ErrString {
-        fn to_string_err(self) -> String;
-    }
-    impl<T> ErrString for Result<T> {
-        fn to_string_err(self) -> String {
-            self.err().map(|e| e.to_string()).unwrap_or_default()
-        }
-    }
-}
+#[path = "sampler_tests.rs"]
+mod tests;

@@ -35,6 +35,7 @@ use crate::engine::generate::generation::{common_prefix, CachedRunner, LogitsSou
 use crate::engine::generate::inference::Inference;
 use crate::engine::generate::ngram::{self, NgramOptions};
 use crate::engine::generate::sampler::{draw, Candidates, Sampler, SamplerOptions};
+use crate::engine::model::tokenizer::Vocab;
 use crate::engine::rng::{rng_for_call, Rng};
 use crate::engine::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -179,17 +180,18 @@ pub struct Decoder {
 
 impl Decoder {
     /// `options.seed` seeds the draws; without one they come from the
-    /// default generator (`Lugh::srand`).
-    pub fn new(options: &SamplerOptions) -> Result<Decoder> {
+    /// default generator (`Lugh::srand`). The vocabulary's suppress_tokens
+    /// are never drawn.
+    pub fn new(options: &SamplerOptions, vocab: Option<&Vocab>) -> Result<Decoder> {
         // The chains only transform logits: their own generators are never
         // drawn from, so they get a fixed seed rather than a value of the
         // default generator.
-        let chain = SamplerOptions { seed: Some(0), ..options.clone() };
+        let chain = SamplerOptions { seed: Some(0), dry_sequence_breakers: Vec::new(), ..options.clone() };
         Ok(Decoder {
             greedy: options.greedy || options.temperature <= 0.0,
             rows_per_pass: ONE_ROW_KERNEL_ROWS,
-            main_chain: Sampler::new(chain.clone())?,
-            draft_chain: Sampler::new(chain)?,
+            main_chain: Sampler::with_vocab(chain.clone(), vocab)?,
+            draft_chain: Sampler::with_vocab(chain, vocab)?,
             rng: rng_for_call(options.seed),
             qs: Vec::new(),
             logits: Vec::new(),
@@ -649,8 +651,9 @@ impl Speculative {
 
     /// The sampling options of a call: the object's, with `seed` if given.
     fn decoder(&self, seed: Option<u64>) -> Result<Decoder> {
-        let mut decoder =
-            Decoder::new(&SamplerOptions { seed: seed.or(self.options.sampler.seed), ..self.options.sampler.clone() })?;
+        let options = SamplerOptions { seed: seed.or(self.options.sampler.seed), ..self.options.sampler.clone() };
+        let vocab = self.main.runner.model().vocab().ok();
+        let mut decoder = Decoder::new(&options, vocab.as_deref())?;
         decoder.exact(self.options.exact);
         Ok(decoder)
     }

@@ -108,7 +108,7 @@ fn spec_with(
     max: usize,
     k: usize,
 ) -> (Vec<i32>, Stats) {
-    let mut decoder = Decoder::new(options).unwrap();
+    let mut decoder = Decoder::new(options, None).unwrap();
     decoder.exact(exact);
     let mut stats = Stats::default();
     let (out, _) =
@@ -188,7 +188,7 @@ fn caches_hold_only_accepted_tokens() {
     let mut main = Markov::new(9, 11, 5.0);
     let mut draft = Markov::perturbed(&main, 5, 6.0);
     let options = SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, seed: Some(4), ..Default::default() };
-    let mut decoder = Decoder::new(&options).unwrap();
+    let mut decoder = Decoder::new(&options, None).unwrap();
     let mut context = prompt.to_vec();
     for _ in 0..20 {
         let old = context.len();
@@ -265,7 +265,7 @@ fn check_joint_distribution(options: &SamplerOptions, draft_kind: &str, n: u64) 
         stats.accepted += s.accepted;
         counts[(out[0] as usize * v + out[1] as usize) * v + out[2] as usize] += 1;
     }
-    let mut chain = Sampler::new(SamplerOptions { seed: Some(0), ..options.clone() }).unwrap();
+    let mut chain = Sampler::with_vocab(SamplerOptions { seed: Some(0), ..options.clone() }, None).unwrap();
     let mut expected = vec![0.0; v * v * v];
     let p1 = p_of(&mut chain, &main_model, *prompt.last().unwrap());
     for a in 0..v {
@@ -307,7 +307,7 @@ fn a_wrong_procedure_fails_the_test() {
     let main_model = Markov::new(v, 21, 4.0);
     let draft_model = Markov::perturbed(&main_model, 8, 5.0);
     let options = SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, ..SamplerOptions::default() };
-    let mut chain = Sampler::new(SamplerOptions { seed: Some(0), ..options.clone() }).unwrap();
+    let mut chain = Sampler::with_vocab(SamplerOptions { seed: Some(0), ..options.clone() }, None).unwrap();
     let mut rng = Rng::new(5);
     let mut counts = vec![0u64; v];
     for _ in 0..20_000 {
@@ -322,7 +322,7 @@ fn a_wrong_procedure_fails_the_test() {
 #[test]
 fn residual_is_the_normalised_positive_part() {
     let options = SamplerOptions { temperature: 1.0, top_k: 0, top_p: 1.0, seed: Some(1), ..Default::default() };
-    let mut chain = Sampler::new(options).unwrap();
+    let mut chain = Sampler::with_vocab(options, None).unwrap();
     let p = chain.distribution(&[0.0, 1.0f32.ln() + 1.0, 0.5, -1.0], &[]).unwrap().clone();
     let q = Dist { ids: vec![1, 2], probs: vec![0.9, 0.1] };
     let (mut dense, mut out) = (Vec::new(), Dist::default());
@@ -353,7 +353,7 @@ fn remembered_and_recomputed_draft_distributions_agree() {
     let main_model = Markov::new(7, 4, 3.0);
     let mut draft = Markov::perturbed(&main_model, 2, 2.0);
     let options = SamplerOptions { temperature: 0.9, top_k: 5, top_p: 0.95, seed: Some(3), ..Default::default() };
-    let mut decoder = Decoder::new(&options).unwrap();
+    let mut decoder = Decoder::new(&options, None).unwrap();
     let context = [1, 2, 3];
     let proposal = decoder.draft(&mut Drafter::Model(&mut draft), &context, 4).unwrap();
     let remembered = decoder.qs.clone();
@@ -371,7 +371,7 @@ fn end_of_generation_and_callbacks_stop() {
     let mut reference = Markov::new(6, 17, 9.0);
     let all = plain_greedy(&mut reference, &prompt, 30);
     let first_eog = all.iter().position(|&t| t == 0).expect("token 0 comes up in 30 greedy tokens");
-    let mut decoder = Decoder::new(&greedy()).unwrap();
+    let mut decoder = Decoder::new(&greedy(), None).unwrap();
     let mut stats = Stats::default();
     let ngram = NgramOptions { min: 1, max: 2 };
     let (out, stop) = generate::<Error>(
@@ -418,7 +418,7 @@ fn max_tokens_and_the_context_are_respected() {
     }
     let mut main = Markov::new(6, 1, 9.0);
     main.n_ctx = 12;
-    let mut decoder = Decoder::new(&greedy()).unwrap();
+    let mut decoder = Decoder::new(&greedy(), None).unwrap();
     let err = generate::<Error>(
         &mut decoder,
         &mut main,
@@ -442,7 +442,7 @@ fn prompt_lookup_pauses_while_it_keeps_failing() {
     for (t, row) in main.table.iter_mut().enumerate() {
         row[(t + 1) % 64] = 10.0;
     }
-    let mut decoder = Decoder::new(&greedy()).unwrap();
+    let mut decoder = Decoder::new(&greedy(), None).unwrap();
     let mut context = vec![10, 3, 11, 5, 12, 6, 13, 7, 14, 8, 10];
     let mut drafted = Vec::new();
     for _ in 0..8 {

@@ -20,6 +20,9 @@ const F32: i64 = 0;
 pub struct Variable {
     /// Unique in the process, never reused: see [`Variable::id`].
     id: u64,
+    /// Whether it is in HANDLES (so that dropping the many variables that
+    /// never gave a handle takes no lock).
+    has_handle: AtomicBool,
     value: Arc<TensorHandle>,
     requires_grad: AtomicBool,
     /// What it was computed from (empty for a leaf, or when not recorded).
@@ -96,6 +99,7 @@ impl Variable {
     ) -> Arc<Self> {
         Arc::new(Variable {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            has_handle: AtomicBool::new(false),
             value,
             requires_grad: AtomicBool::new(tracked),
             inputs: if tracked { inputs } else { Vec::new() },
@@ -116,6 +120,7 @@ impl Variable {
     /// variable lives. A forged or stale token can name no other tensor.
     pub fn raw_handle(self: &Arc<Self>) -> u64 {
         handles().insert(self.id, Arc::downgrade(self));
+        self.has_handle.store(true, Ordering::Relaxed);
         self.id
     }
 
@@ -358,7 +363,9 @@ fn handles() -> MutexGuard<'static, HashMap<u64, Weak<Variable>>> {
 
 impl Drop for Variable {
     fn drop(&mut self) {
-        handles().remove(&self.id);
+        if *self.has_handle.get_mut() {
+            handles().remove(&self.id);
+        }
     }
 }
 

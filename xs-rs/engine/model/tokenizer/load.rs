@@ -138,6 +138,7 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         }
     }
     let eog = end_of_generation(&sp, &fim, &texts, &mut attrs, &id_of);
+    let suppress = suppress_tokens(gguf, n)?;
 
     // Special tokens, longest first (ties by id, where llama.cpp's unstable
     // sort leaves the order unspecified).
@@ -194,7 +195,21 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         eog,
         add_bos,
         add_eos,
+        suppress,
     })
+}
+
+/// `tokenizer.ggml.suppress_tokens`: ids the model must never produce (an
+/// int32 array, as llama.cpp requires; ids outside the vocabulary dropped).
+fn suppress_tokens(gguf: &Gguf, n: usize) -> Result<Vec<i32>> {
+    match gguf.get_array("tokenizer.ggml.suppress_tokens") {
+        None => Ok(Vec::new()),
+        Some(Array::I32(ids)) => Ok(ids.iter().copied().filter(|&id| id >= 0 && (id as usize) < n).collect()),
+        Some(a) => Err(corrupt(
+            gguf,
+            format!("tokenizer.ggml.suppress_tokens must be an array of int32, not of {}", a.element_type().name()),
+        )),
+    }
 }
 
 /// The tokenizer model's name, whether it is SentencePiece (else byte-level

@@ -132,6 +132,8 @@ pub struct Vocab {
     eog: Vec<i32>,
     add_bos: bool,
     add_eos: bool,
+    /// `tokenizer.ggml.suppress_tokens`, which sampling never picks.
+    suppress: Vec<i32>,
 }
 
 /// Options of one `encode` call.
@@ -151,6 +153,11 @@ impl Vocab {
 
     pub fn n_vocab(&self) -> usize {
         self.attrs.len()
+    }
+
+    /// The ids of `tokenizer.ggml.suppress_tokens` within the vocabulary.
+    pub fn suppress_tokens(&self) -> &[i32] {
+        &self.suppress
     }
 
     /// `tokenizer.ggml.add_bos_token` (SmolLM2/Qwen false, Gemma true).
