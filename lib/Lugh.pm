@@ -63,6 +63,7 @@ require Lugh::MemoryPool;
 require Lugh::Logits;
 require Lugh::Prompt;
 require Lugh::RoPE;
+require Lugh::Grammar;
 require Lugh::LoRA;
 require Lugh::Chat;
 require Lugh::Speculative;
@@ -227,6 +228,11 @@ compute allocation.
 =item L<Lugh::Logits>
 
 A vector of logits kept in native memory (softmax, top-k, argmax).
+
+=item L<Lugh::Grammar>
+
+A GBNF grammar (llama.cpp's syntax) that constrains generation:
+C<< generate(grammar => ...) >> produces only text the grammar allows.
 
 =item L<Lugh::Prompt>, L<Lugh::Chat>
 

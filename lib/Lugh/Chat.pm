@@ -282,6 +282,18 @@ C<max_tokens> does not fit in C<n_ctx>, a turn croaks naming both lengths,
 unless the chat was made with C<< overflow => 'drop_oldest' >>, which then
 forgets the oldest turns (never the system message, never the new question).
 
+=head2 Structured replies
+
+    my $chat = Lugh::Chat->new(inference => $inference,
+        grammar => Lugh::Grammar->new('root ::= ("yes" | "no")'));
+    my $answer = $chat->ask('Is Paris in France?');     # "yes" or "no"
+
+C<grammar> (a L<Lugh::Grammar> or GBNF text), like every option of
+L<Lugh::Inference/generate> that tunes it, may be given to C<new> (for every
+turn) or to C<ask>/C<say> (for that turn): the reply is then text the
+grammar allows (see L<Lugh::Inference/Grammars>), ending where the grammar is
+complete; L<Lugh::Inference/chat> takes it too.
+
 =head1 CONSTRUCTOR
 
 =head2 new

@@ -655,6 +655,23 @@ first (0 for none). The probabilities are the softmax of the logits divided
 by the sampling temperature (1 when greedy), as llama-cpp-python reports
 them, before top-k/top-p filtering.
 
+=head3 Grammars
+
+    my $json = Lugh::Grammar->from_file('json.gbnf');
+    my @ids = $inference->generate(\@prompt, grammar => $json, greedy => 1, stats => \my %stats);
+    my $data = JSON::PP->new->decode($stats{text}) if $stats{stop_reason} eq 'eos';
+
+With C<< grammar => $grammar >> (a L<Lugh::Grammar>, or GBNF text with a
+C<root> rule) only text the grammar allows is generated, exactly as
+llama.cpp's C<--grammar> constrains it: a token is sampled without the
+grammar, and if the grammar rejects it, again with every rejected token
+removed (greedy: the most likely token the grammar allows). The
+end-of-generation token is allowed only when the text is complete under the
+grammar, and ends generation once nothing else may follow. Greedy
+constrained generations give llama.cpp b11434's tokens. A grammar object is
+parsed once and can serve any number of calls; GBNF text is parsed at every
+call. A syntax error croaks naming its line and column.
+
 =head3 Progress, cancelling and signals
 
     my @ids = $inference->generate(\@long_prompt, progress => sub {

@@ -1,6 +1,7 @@
 //! XS subs of Lugh::Inference. The options of new, sample and generate are
 //! declared here, once (tables of [`Opt`]); the spellings of forward live in
 //! Lugh/Inference.pm.
+use super::grammar::grammar_arg;
 use super::lora::lora_arg;
 use super::rope::rope_arg;
 use super::sampling_options::SAMPLING_OPTIONS;
@@ -198,6 +199,7 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("logprobs", |perl, sv, a| {
         set(&mut a.options.logprobs, perl.ranged_arg(sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
+    Opt::new("grammar", |perl, sv, a| set(&mut a.options.grammar, grammar_arg(perl, sv).map(Some))),
 ];
 
 /// What embed() and embed_batch() are given besides the texts.

@@ -3,6 +3,7 @@ use crate::glue::{self, ffi, Cv, Interp};
 
 mod autograd;
 mod context;
+mod grammar;
 mod graph;
 mod inference;
 mod kv_cache;
@@ -40,6 +41,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         inference::SUBS,
         kv_cache::SUBS,
         logits::SUBS,
+        grammar::SUBS,
         lora::SUBS,
         memory_pool::SUBS,
         prompt::SUBS,

@@ -93,6 +93,7 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         set(&mut a.ngram_max, perl.ranged_arg(sv, "ngram_max", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("exact", |perl, sv, a| set(&mut a.exact, perl.bool_arg(sv, "exact").map(Some))),
+    Opt::new("grammar", |_, _, _| Err(no_grammar())),
 ];
 
 /// What generate() is given besides the prompt.
@@ -109,7 +110,18 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("max_tokens", |perl, sv, a| set(&mut a.max_tokens, max_tokens_arg(perl, sv))),
     Opt::new("seed", |perl, sv, a| set(&mut a.seed, perl.ranged_arg(sv, "seed", 0, i64::MAX).map(|v| Some(v as u64)))),
     Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
+    Opt::new("grammar", |_, _, _| Err(no_grammar())),
 ];
+
+/// Speculative decoding does not check drafted tokens against a grammar, so
+/// it refuses one rather than ignore it.
+fn no_grammar() -> Error {
+    Error::Argument(
+        "Lugh::Speculative does not take a grammar (drafted tokens are not checked against one); use \
+         Lugh::Inference->generate(grammar => ...)"
+            .into(),
+    )
+}
 
 fn max_tokens_arg(perl: Perl, sv: Sv) -> Result<usize, Error> {
     perl.ranged_arg(sv, "max_tokens", 0, i32::MAX as i64)

@@ -11,11 +11,13 @@
 //! [`Vocab`] are the real implementations, and the tests use fakes.
 use crate::engine::forward::profile::Phase;
 use crate::engine::forward::runner::{ComputePool, KvCache, Overrides, Runner};
+use crate::engine::generate::grammar::{self, Grammar, GrammarState};
 use crate::engine::generate::logits::{log_softmax_into, top_k};
 use crate::engine::generate::sampler::{Sampler, SamplerOptions};
 use crate::engine::generate::text_stream::TextStream;
-use crate::engine::model::tokenizer::Vocab;
+use crate::engine::model::tokenizer::{EncodeOptions, Vocab};
 use crate::engine::{Error, Result};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Something that turns tokens into next-token logits, keeping its context.
@@ -40,6 +42,16 @@ pub trait TokenText {
     fn is_eog(&self, id: i32) -> bool;
     /// The bytes the token stands for in generated text (no control tokens).
     fn piece(&self, id: i32) -> Result<&[u8]>;
+    /// The token's bytes with control tokens as their text, which is what a
+    /// grammar matches (llama.cpp's piece cache).
+    fn special_piece(&self, id: i32) -> Result<&[u8]> {
+        self.piece(id)
+    }
+    /// The tokens of `text` with special tokens recognised (no BOS), which
+    /// is how a grammar's `<text>` token is found.
+    fn tokenize_special(&self, _text: &[u8]) -> Vec<i32> {
+        Vec::new()
+    }
     /// The whole vocabulary, where there is one (DRY's sequence breakers
     /// are tokenized with it).
     fn vocab(&self) -> Option<&Vocab> {
@@ -53,6 +65,12 @@ impl TokenText for Vocab {
     }
     fn piece(&self, id: i32) -> Result<&[u8]> {
         Vocab::piece(self, id, false)
+    }
+    fn special_piece(&self, id: i32) -> Result<&[u8]> {
+        Vocab::piece(self, id, true)
+    }
+    fn tokenize_special(&self, text: &[u8]) -> Vec<i32> {
+        self.encode_bytes(text, EncodeOptions { add_bos: false, add_eos: false, parse_special: true })
     }
     fn vocab(&self) -> Option<&Vocab> {
         Some(self)
@@ -109,6 +127,8 @@ pub struct GenerateOptions {
     pub logprobs: Option<usize>,
     /// RoPE settings and adapters for this generation.
     pub overrides: Overrides,
+    /// Only text this grammar allows is generated ([`grammar::sample`]).
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl Default for GenerateOptions {
@@ -121,6 +141,7 @@ impl Default for GenerateOptions {
             need_text: false,
             logprobs: None,
             overrides: Overrides::NONE,
+            grammar: None,
         }
     }
 }
@@ -234,6 +255,11 @@ pub fn generate<E: From<Error>>(
     };
     let mut stream = TextStream::new(&options.stop);
     let mut log_probs = Vec::new();
+    let mut constraint = match (&options.grammar, tokens) {
+        (Some(g), Some(t)) => Some((GrammarState::new(g.bind(|text| t.tokenize_special(text))?)?, t)),
+        _ => None,
+    };
+    let mut masked = Vec::new();
 
     let started = Instant::now();
     source.truncate(n_reused)?;
@@ -263,7 +289,13 @@ pub fn generate<E: From<Error>>(
     }
     loop {
         let sampled = Instant::now();
-        let id = sampler.sample(&logits, &history)?;
+        let id = match &constraint {
+            Some((state, t)) => grammar::sample(&mut sampler, state, &logits, &history, *t, &mut masked)?,
+            None => sampler.sample(&logits, &history)?,
+        };
+        if let Some((state, t)) = &mut constraint {
+            state.accept(id, *t)?;
+        }
         source.record(Phase::Sample, sampled.elapsed());
         if is_eog(id) {
             result.stop_reason = StopReason::EndOfGeneration;
@@ -332,6 +364,9 @@ fn check(
     options.sampler.validate()?;
     if options.stop.iter().any(String::is_empty) {
         return Err(Error::Argument("stop strings must not be empty".into()));
+    }
+    if tokens.is_none() && options.grammar.is_some() {
+        return Err(Error::Argument("a grammar needs the model's vocabulary, and this model has none".into()));
     }
     if tokens.is_none() && (options.eos_token.is_none() || !options.stop.is_empty()) {
         return Err(Error::Argument("the model has no usable vocabulary: give eos_token and no stop strings".into()));

@@ -6,6 +6,7 @@
 pub mod chat_template;
 pub mod embedding;
 pub mod generation;
+pub mod grammar;
 pub mod inference;
 // JSON schema -> GBNF; its callers (Lugh::Grammar's subs) are wired in separately.
 #[allow(dead_code)]
