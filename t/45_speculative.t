@@ -162,7 +162,7 @@ subtest 'croaks of the calls' => sub {
         'more than the context holds');
     croaks_like(sub { $spec->generate(\@prompt, -1) }, qr/max_tokens must be an integer >= 0, got -1/, 'max_tokens');
     croaks_like(sub { $spec->generate(\@prompt, max_tokens => 2, temperature => 1) },
-        qr/unknown option 'temperature' \(valid options: callback, max_tokens, seed\)/, 'generate options');
+        qr/unknown option 'temperature' \(valid options: callback, grammar, max_tokens, seed\)/, 'generate options');
     croaks_like(sub { $spec->generate(\@prompt, callback => 'x') }, qr/callback must be a CODE reference/, 'callback');
     croaks_like(sub { $spec->step([]) }, qr/step: the context is empty/, 'step: empty');
     croaks_like(sub { $spec->step() }, qr/Usage: Lugh::Speculative->step\(self, \\\@tokens\)/, 'step: usage');
@@ -256,7 +256,7 @@ for my $name (@MODELS) {
 # Sampling: the first token's distribution is the main model's, whether the
 # lookup's proposal is accepted (probability p(x)) or replaced by a draw from
 # the rest. 600 draws; the expected distribution is computed here from the
-# logits (top-k 40, then temperature 1, as generate samples).
+# logits (top-k 40, then temperature 1, as generate samples with min_p 0).
 SKIP: {
     my $path = model_path('smollm2-135m-q4_1') or skip 'SmolLM2 not fetched (perl t/fetch-models)', 1;
     subtest 'sampled output follows the main model' => sub {
@@ -265,7 +265,7 @@ SKIP: {
         my $main = Lugh::Inference->new(model => $model, n_ctx => 256);
         my @p = $t->encode('I like cats and dogs. You like cats and');
         my $spec = Lugh::Speculative->new(inference => $main, draft => 'ngram', k => 1, temperature => 1,
-            top_k => 40, top_p => 1);
+            top_k => 40, top_p => 1, min_p => 0);
         my $proposal = $spec->draft_tokens(\@p, 1);
         is($t->decode($proposal), ' dogs', 'the lookup proposes what followed "cats and"');
         my @logits = $main->forward(\@p);

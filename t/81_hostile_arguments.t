@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched, $grammar);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -116,10 +116,11 @@ sub make_fixtures {
     $agw->set_data(2, 3);
     $opt    = Lugh::Optimizer::SGD->new(lr => 0.1, params => [$ag]);
     $sched  = Lugh::Optimizer::LRScheduler->new($opt, schedule => 'cosine', total_steps => 10);
+    $grammar = Lugh::Grammar->new(qq{root ::= "a" [b-c]*\n});
 }
 sub free_fixtures {
     undef $_ for $model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec,
-        $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched;
+        $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched, $grammar;
 }
 
 # name => the argument list of a valid call (for a method, the invocant first).
@@ -280,6 +281,12 @@ my %CALLS = (
     'Lugh::Chat::messages'         => sub { ($chat, [$msg]) },
     (map { my $m = $_; ("Lugh::Chat::$m" => sub { ($chat) }) }
         qw(cache finish_reason inference prompt reset stats tokenizer)),
+
+    'Lugh::Grammar::new'           => sub { ('Lugh::Grammar', 'start ::= "x"', root => 'start') },
+    'Lugh::Grammar::from_file'     => sub { ('Lugh::Grammar', 't/data/grammars/choice.gbnf', root => 'root') },
+    'Lugh::Grammar::accepts'       => sub { ($grammar, 'abc') },
+    'Lugh::Grammar::accepts_prefix' => sub { ($grammar, 'ab') },
+    (map { my $m = $_; ("Lugh::Grammar::$m" => sub { ($grammar) }) } qw(n_rules root rules text)),
 
     'Lugh::Context::new'           => sub { ('Lugh::Context', mem_size => 4096) },
     (map { my $m = $_; ("Lugh::Context::$m" => sub { ($tctx) }) } qw(id mem_size used_mem mem_used)),
