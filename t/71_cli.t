@@ -53,7 +53,9 @@ subtest 'usage errors: one line, status 2' => sub {
         [ [ 'generate', $model ], qr/needs a prompt/ ],
         [ [ 'generate', $model, 'a', 'b' ], qr/unexpected argument 'b'/ ],
         [ [ 'generate', '--max-tokens', 'many', $model, 'x' ], qr/invalid value 'many' for --max-tokens/ ],
-        [ [qw(info)], qr/info needs one model file/ ], [ [qw(help nope)], qr/unknown command 'nope'/ ])
+        [ [qw(info)], qr/info needs one model file/ ], [ [qw(help nope)], qr/unknown command 'nope'/ ],
+        [ [ 'generate', '--grammar', 'root ::= "x"', '-j', '{}', $model, 'x' ],
+            qr/give one of --grammar and --json-schema, not several/ ])
     {
         my ($args, $re) = @$case;
         my ($out, $err, $status) = lugh(undef, @$args);
@@ -93,6 +95,13 @@ SKIP: {
         is($status, 0, 'status 0');
         like($out, qr/\AThe capital of France is .+\n\z/s, 'the prompt, then the continuation');
         my ($quiet) = lugh(undef, @g[ 0 .. 3 ], '--no-echo', $model, 'The capital of France is');
+        # --json-schema-file and -j: JSON the schema describes, as the API writes it
+        my ($json) = lugh(undef, qw(generate --greedy --no-echo --max-tokens 48 --json-schema-file),
+            't/data/json-schema/cases/person.json', $model, 'Describe a person as JSON:');
+        like($json, qr/\A\{\s*"name": "[^"]+",\s*"age": \d+[^{}]*\}\n\z/s, "--json-schema-file: $json");
+        my ($number) = lugh(undef, qw(generate --greedy --no-echo --max-tokens 8 -j), '{"enum": [1, 2]}', $model,
+            'One or two?');
+        like($number, qr/\A[12]\n\z/, "-j: $number");
         # --lora and --rope-* reach the session: the same tokens as the API gives
         require Lugh;
         my $m = Lugh::Model->new(model => $model);

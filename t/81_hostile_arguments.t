@@ -185,7 +185,7 @@ my %CALLS = (
     'Lugh::Inference::sample_top_p' => sub { ($inf, $logits, top_p => 0.9, seed => 1) },
     'Lugh::Inference::generate'    => sub {
         ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {}, lora => $lora,
-            rope => $rope)
+            rope => $rope, json_schema => { type => 'string' })
     },
     'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
     'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
@@ -284,9 +284,10 @@ my %CALLS = (
 
     'Lugh::Grammar::new'           => sub { ('Lugh::Grammar', 'start ::= "x"', root => 'start') },
     'Lugh::Grammar::from_file'     => sub { ('Lugh::Grammar', 't/data/grammars/choice.gbnf', root => 'root') },
+    'Lugh::Grammar::from_json_schema' => sub { ('Lugh::Grammar', { type => 'array', items => { enum => [ 1, 'a' ] } }) },
     'Lugh::Grammar::accepts'       => sub { ($grammar, 'abc') },
     'Lugh::Grammar::accepts_prefix' => sub { ($grammar, 'ab') },
-    (map { my $m = $_; ("Lugh::Grammar::$m" => sub { ($grammar) }) } qw(n_rules root rules text)),
+    (map { my $m = $_; ("Lugh::Grammar::$m" => sub { ($grammar) }) } qw(n_rules root rules schema_warnings text)),
 
     'Lugh::Context::new'           => sub { ('Lugh::Context', mem_size => 4096) },
     (map { my $m = $_; ("Lugh::Context::$m" => sub { ($tctx) }) } qw(id mem_size used_mem mem_used)),

@@ -292,7 +292,13 @@ C<grammar> (a L<Lugh::Grammar> or GBNF text), like every option of
 L<Lugh::Inference/generate> that tunes it, may be given to C<new> (for every
 turn) or to C<ask>/C<say> (for that turn): the reply is then text the
 grammar allows (see L<Lugh::Inference/Grammars>), ending where the grammar is
-complete; L<Lugh::Inference/chat> takes it too.
+complete; L<Lugh::Inference/chat> takes it too. So do C<json_schema> and
+C<response_format>, for replies in JSON that a schema describes (see
+L<Lugh::Inference/JSON schemas and response_format>):
+
+    my $chat = Lugh::Chat->new(inference => $inference, response_format => { type => 'json_object',
+        schema => { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] } });
+    my $reply = JSON::PP->new->decode($chat->ask('Where is the Eiffel tower?'));
 
 =head1 CONSTRUCTOR
 

@@ -35,6 +35,32 @@ sub from_file {
     return $class->new($text, %opt);
 }
 
+sub from_json_schema {
+    my ($class, @args) = @_;
+    Lugh::_croak('Usage: Lugh::Grammar->from_json_schema($schema)') unless @args == 1 && !ref $class;
+    return _from_json_schema($class, _json_text($args[0], 'Lugh::Grammar->from_json_schema: the schema'));
+}
+
+# A schema (or response_format) given as a Perl structure, as JSON text
+# with every hash's keys in sorted order; JSON text is passed on as it is,
+# keeping its own order. Values follow JSON::PP's rules: a scalar last used
+# as a string is a string, \1 and \0 or JSON::PP::true/false are booleans.
+my $JSON;
+sub _json_text {
+    my ($value, $what) = @_;
+    Lugh::_croak("$what is undefined") unless defined $value;
+    return $value unless ref $value;
+    Lugh::_croak("$what must be a hash reference or JSON text, not a " . ref($value) . ' reference')
+        unless ref $value eq 'HASH' || ref $value eq 'ARRAY';
+    require JSON::PP;
+    $JSON //= JSON::PP->new->utf8(0)->canonical->allow_nonref->max_depth(512);
+    my $text = eval { $JSON->encode($value) };
+    return $text if defined $text;
+    (my $error = $@) =~ s/ at \S+ line \d+\.?\n?\z//;
+    $error = 'it is nested deeper than 512 levels' if $error =~ /maximum nesting level/;
+    Lugh::_croak("$what cannot be written as JSON: $error");
+}
+
 # Objects hold native state that must not be copied into a new thread.
 sub CLONE_SKIP { 1 }
 
@@ -134,6 +160,50 @@ listed above.
 
 As L</new>, with the text of a UTF-8 file.
 
+=head2 from_json_schema
+
+    my $g = Lugh::Grammar->from_json_schema({ type => 'array', items => { type => 'integer' }, maxItems => 3 });
+    my $g = Lugh::Grammar->from_json_schema('{"type": "object", "properties": {"b": {}, "a": {}}}');
+
+The grammar of a JSON schema (a hash reference, or JSON text), written
+exactly as llama.cpp b11434's C<json_schema_to_grammar> writes it, rule for
+rule: L</text> shows it. A hash has no key order, so a schema given as a
+hash is read with its keys sorted (its properties are written in sorted
+order); JSON text keeps its own order. Scalars follow L<JSON::PP>'s rules: a
+value last used as a string is a string; C<\1>, C<\0> and
+C<JSON::PP::true>/C<false> are booleans.
+
+Supported: C<type> (one or a list), C<properties>, C<required>,
+C<additionalProperties>, C<enum>, C<const>, C<items>, C<prefixItems>,
+C<minItems>, C<maxItems>, C<$ref> into the same document (C<$defs>,
+C<definitions>, recursive schemas), C<anyOf>, C<oneOf>, C<allOf> (of
+objects or enums), a string's C<pattern>, C<format> (date, time, date-time,
+uuid), C<minLength> and C<maxLength>, an integer's C<minimum>, C<maximum>,
+C<exclusiveMinimum> and C<exclusiveMaximum>.
+
+Croaks, naming the keyword: a validation keyword llama.cpp's converter
+would silently ignore (C<not>, C<if>, C<patternProperties>, C<uniqueItems>,
+C<multipleOf>, ...), so that the grammar never lets the model write what the
+schema forbids; what llama.cpp refuses (an unknown type, a remote C<$ref>, an
+invalid pattern); and, to stay bounded, nesting deeper than 512 levels (128
+schema levels), over 100,000 schema objects, or a grammar over 16 MB. What
+the grammar does not enforce is in L</schema_warnings>.
+
+    my $g = Lugh::Grammar->from_json_schema({ enum => ['red', 'green'] });
+    print $g->accepts('"red"') ? 1 : 0, "\n";              # 1 # expected output
+
+=head2 schema_warnings
+
+    my @warnings = $g->schema_warnings;
+
+What the grammar does not enforce of the schema it was made from, as
+C<WHERE: WHAT> lines (llama.cpp ignores these parts too: a number's bounds,
+an unknown C<format>, a pattern the translation does not cover...). Empty
+for a grammar given as GBNF.
+
+    my $g = Lugh::Grammar->from_json_schema({ type => 'number', maximum => 1 });
+    print scalar($g->schema_warnings), "\n";                # 1 # expected output
+
 =head2 text
 
 The GBNF text as given.
@@ -189,8 +259,10 @@ C<grammar> is an option of L<Lugh::Inference/generate>, of
 L<Lugh::Inference/chat> and of L<Lugh::Chat> (for every turn, or one). It
 takes a Lugh::Grammar or GBNF text (parsed at each call, with root C<root>).
 L<Lugh::Speculative> refuses a grammar: its drafted tokens are not checked
-against one. The command line takes C<--grammar GBNF> and
-C<--grammar-file FILE> (see L<lugh>).
+against one. The command line takes C<--grammar GBNF>,
+C<--grammar-file FILE>, C<--json-schema JSON> and C<--json-schema-file FILE>
+(see L<lugh>). C<json_schema> and C<response_format> take a schema itself
+(see L<Lugh::Inference/JSON schemas and response_format>).
 
     my $chat = Lugh::Chat->new(inference => $inference, grammar => $grammar);
 

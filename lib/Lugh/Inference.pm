@@ -91,8 +91,16 @@ sub DESTROY { delete $LAST_STATS{ Scalar::Util::refaddr($_[0]) } }
 sub CLONE   { %LAST_STATS = () }
 
 sub generate {
-    my $self = shift;
-    my ($ids, $stats, %last) = _generate($self, @_);
+    my ($self, @args) = @_;
+    # json_schema and response_format given as Perl structures reach the
+    # engine as JSON text (the prompt, when first, is not a name => value pair)
+    for (my $i = @args % 2; $i < $#args; $i += 2) {
+        my $name = $args[$i];
+        next unless defined $name && !ref $name && ($name eq 'json_schema' || $name eq 'response_format');
+        next unless ref $args[ $i + 1 ] && !Scalar::Util::blessed($args[ $i + 1 ]);
+        $args[ $i + 1 ] = Lugh::Grammar::_json_text($args[ $i + 1 ], "Lugh::Inference->generate: $name");
+    }
+    my ($ids, $stats, %last) = _generate($self, @args);
     $last{n_generated} = @$ids;
     $last{logprobs} = $self->_logprob_entries($last{logprobs}) if exists $last{logprobs};
     for (['prompt_tokens_per_second', 'n_evaluated', 'prompt_seconds'],
@@ -668,9 +676,34 @@ grammar, and if the grammar rejects it, again with every rejected token
 removed (greedy: the most likely token the grammar allows). The
 end-of-generation token is allowed only when the text is complete under the
 grammar, and ends generation once nothing else may follow. Greedy
-constrained generations give llama.cpp b11434's tokens. A grammar object is
+constrained generations give llama.cpp b11434's tokens, and so do seeded
+ones (same options and seed, same CPU kernel family). A grammar object is
 parsed once and can serve any number of calls; GBNF text is parsed at every
 call. A syntax error croaks naming its line and column.
+
+=head3 JSON schemas and response_format
+
+    my $schema = { type => 'object', required => ['name', 'age'],
+        properties => { name => { type => 'string' }, age => { type => 'integer', minimum => 0 } } };
+    $inference->generate(\@prompt, json_schema => $schema, stats => \my %stats);
+    my $person = JSON::PP->new->decode($stats{text});
+
+C<< json_schema => $schema >> constrains generation to JSON that the schema
+describes, through the grammar llama.cpp b11434's C<--json-schema> makes of it
+(C<json-schema-to-grammar>: see L<Lugh::Grammar/from_json_schema> for what is
+supported, what croaks and what is not enforced). The schema is a hash
+reference, JSON text, or a Lugh::Grammar made by C<from_json_schema> (the
+conversion done once). B<A Perl hash has no key order>: the properties of a
+schema given as a hash come in sorted key order, and the model writes them
+in that order; give JSON text to choose the order. Constrained generations,
+greedy and seeded, give llama.cpp's tokens.
+
+C<response_format> is the OpenAI-style form that llama-server reads:
+C<< { type => 'json_object', schema => $schema } >> (no schema: any JSON
+value), C<< { type => 'json_schema', json_schema => { schema => $schema } } >>,
+or C<< { type => 'text' } >> (no constraint). Only one of C<grammar>,
+C<json_schema> and C<response_format> may be given. All three are options of
+L</chat> and L<Lugh::Chat> too.
 
 =head3 Progress, cancelling and signals
 

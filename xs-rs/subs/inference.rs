@@ -1,13 +1,14 @@
 //! XS subs of Lugh::Inference. The options of new, sample and generate are
 //! declared here, once (tables of [`Opt`]); the spellings of forward live in
 //! Lugh/Inference.pm.
-use super::grammar::grammar_arg;
+use super::grammar::{grammar_arg, json_schema_arg, response_format_arg};
 use super::lora::lora_arg;
 use super::rope::rope_arg;
 use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
 use crate::engine::generate::embedding::Pooling;
 use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
+use crate::engine::generate::grammar::Grammar;
 use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
 use crate::engine::generate::logits::Logits;
 use crate::engine::generate::sampler::{Sampler, SamplerKind, SamplerOptions};
@@ -150,6 +151,23 @@ struct GenerateArgs {
     on_text: Option<Sv>,
     progress: Option<Sv>,
     options: GenerateOptions,
+    /// The option that set `options.grammar` (grammar, json_schema or
+    /// response_format: one at most).
+    constraint: Option<&'static str>,
+}
+
+/// Sets the grammar that constrains generation (none: response_format
+/// "text"), refusing a second one.
+fn set_constraint(a: &mut GenerateArgs, option: &'static str, grammar: Option<Arc<Grammar>>) -> Result<(), Error> {
+    let Some(grammar) = grammar else { return Ok(()) };
+    if let Some(first) = a.constraint.filter(|&first| first != option) {
+        return Err(Error::Argument(format!(
+            "give one of grammar, json_schema and response_format, not both {first} and {option}"
+        )));
+    }
+    a.constraint = Some(option);
+    a.options.grammar = Some(grammar);
+    Ok(())
 }
 
 /// The options of one call of generate(): its prompt, cache, callbacks and
@@ -199,7 +217,19 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("logprobs", |perl, sv, a| {
         set(&mut a.options.logprobs, perl.ranged_arg(sv, "logprobs", 0, a.n_vocab as i64).map(Some))
     }),
-    Opt::new("grammar", |perl, sv, a| set(&mut a.options.grammar, grammar_arg(perl, sv).map(Some))),
+    Opt::new("grammar", |perl, sv, a| {
+        let grammar = grammar_arg(perl, sv)?;
+        set_constraint(a, "grammar", Some(grammar))
+    }),
+    // Lugh/Inference.pm gives a Perl structure as JSON text
+    Opt::new("json_schema", |perl, sv, a| {
+        let grammar = json_schema_arg(perl, sv)?;
+        set_constraint(a, "json_schema", Some(grammar))
+    }),
+    Opt::new("response_format", |perl, sv, a| {
+        let grammar = response_format_arg(perl, sv)?;
+        set_constraint(a, "response_format", grammar)
+    }),
 ];
 
 /// What embed() and embed_batch() are given besides the texts.
@@ -589,6 +619,7 @@ xs_subs! { "Lugh::Inference";
             on_text: None,
             progress: None,
             options: GenerateOptions::default(),
+            constraint: None,
         };
         let valid = valid_names(&[
             names(GENERATE_CALL_OPTIONS).collect(),

@@ -8,8 +8,6 @@ pub mod embedding;
 pub mod generation;
 pub mod grammar;
 pub mod inference;
-// JSON schema -> GBNF; its callers (Lugh::Grammar's subs) are wired in separately.
-#[allow(dead_code)]
 pub mod json_schema;
 pub mod logits;
 pub mod ngram;

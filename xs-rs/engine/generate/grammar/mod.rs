@@ -24,6 +24,7 @@ mod tests;
 pub use matcher::GrammarState;
 
 use crate::engine::generate::generation::TokenText;
+use crate::engine::generate::json_schema;
 use crate::engine::generate::sampler::Sampler;
 use crate::engine::{Error, Result};
 use std::fmt;
@@ -92,6 +93,9 @@ pub struct Grammar {
     names: Vec<String>,
     token_names: Vec<Vec<u8>>,
     initial: Vec<Vec<u32>>,
+    /// What the grammar does not enforce of the JSON schema it was made
+    /// from (none for GBNF given as such).
+    schema_warnings: Vec<String>,
 }
 
 impl fmt::Debug for Grammar {
@@ -102,6 +106,21 @@ impl fmt::Debug for Grammar {
 
 impl Grammar {
     /// Parses and checks GBNF `text`, starting at rule `root`.
+    /// The grammar of a JSON schema (llama.cpp's conversion), which keeps
+    /// the conversion's warnings.
+    pub fn from_json_schema(schema: &serde_json::Value) -> Result<Grammar> {
+        let converted = json_schema::convert(schema)?;
+        let mut grammar = Grammar::new(&converted.gbnf, "root")?;
+        grammar.schema_warnings = converted.warnings;
+        Ok(grammar)
+    }
+
+    /// The parts of its JSON schema the grammar does not enforce, as
+    /// "WHERE: WHAT" lines.
+    pub fn schema_warnings(&self) -> &[String] {
+        &self.schema_warnings
+    }
+
     pub fn new(text: &str, root: &str) -> Result<Grammar> {
         if text.trim().is_empty() {
             return Err(Error::Argument("grammar error: the grammar is empty (give at least root ::= ...)".into()));
@@ -119,6 +138,7 @@ impl Grammar {
             elements.extend_from_slice(rule);
         }
         let mut g = Grammar {
+            schema_warnings: Vec::new(),
             text: text.to_owned(),
             root: root.to_owned(),
             elements,
@@ -194,6 +214,7 @@ impl Grammar {
             names: self.names.clone(),
             token_names: Vec::new(),
             initial: self.initial.clone(),
+            schema_warnings: self.schema_warnings.clone(),
         }))
     }
 

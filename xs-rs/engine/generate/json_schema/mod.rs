@@ -109,7 +109,9 @@ pub struct SchemaGrammar {
     pub warnings: Vec<String>,
 }
 
-/// The GBNF grammar for a JSON schema: llama.cpp b11434's text.
+/// The GBNF grammar for a JSON schema: llama.cpp b11434's text (the tests'
+/// shorthand; Lugh uses [`convert`] through `Grammar::from_json_schema`).
+#[cfg(test)]
 pub fn schema_to_gbnf(schema: &Value) -> Result<String> {
     Ok(convert(schema)?.gbnf)
 }
@@ -130,6 +132,7 @@ pub fn parse_schema_text(text: &str) -> Result<Value> {
 }
 
 /// The GBNF grammar for a schema given as JSON text.
+#[cfg(test)]
 pub fn schema_text_to_gbnf(text: &str) -> Result<String> {
     schema_to_gbnf(&parse_schema_text(text)?)
 }
