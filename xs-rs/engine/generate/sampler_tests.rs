@@ -334,7 +334,7 @@ fn bad_values_are_rejected() {
         assert!(err.contains(name), "{name}: {err}");
     }
     let dry = SamplerOptions { dry_multiplier: 0.8, ..opts() };
-    assert!(Sampler::with_vocab(dry.clone()).err(, None).unwrap().to_string().contains("dry_sequence_breakers"));
+    assert!(Sampler::with_vocab(dry.clone(), None).err().unwrap().to_string().contains("dry_sequence_breakers"));
     assert!(Sampler::with_vocab(SamplerOptions { dry_sequence_breakers: vec![], ..dry }, None).is_ok());
     let mut s = Sampler::with_vocab(opts(), None).unwrap();
     assert!(s.sample(&[], &[]).is_err());

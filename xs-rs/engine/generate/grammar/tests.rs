@@ -223,7 +223,7 @@ fn sampling_draws_again_under_the_grammar() {
     let vocab = Pieces(vec![b"a", b"b", b"c", b"<eog>"]);
     let g = grammar("root ::= [bc]+");
     let mut s = GrammarState::new(g).unwrap();
-    let mut sampler = Sampler::new(SamplerOptions { greedy: true, ..Default::default() }).unwrap();
+    let mut sampler = Sampler::with_vocab(SamplerOptions { greedy: true, ..Default::default() }, None).unwrap();
     let mut scratch = Vec::new();
     // "a" is the best, "c" the best the grammar allows
     let logits = [5.0, 1.0, 2.0, 4.0];
