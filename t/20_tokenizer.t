@@ -15,6 +15,9 @@ my %VOCABS = (
     'llama-spm'                 => 'ggml-vocab-llama-spm',
     'phi-3'                     => 'ggml-vocab-phi-3',
     'qwen2'                     => 'ggml-vocab-qwen2',
+    'qwen35'                    => 'ggml-vocab-qwen35',
+    'deepseek-llm'              => 'ggml-vocab-deepseek-llm',
+    'gemma-4'                   => 'ggml-vocab-gemma-4',
     'smollm2-135m-q4_1'         => 'smollm2-135m-q4_1',
     'qwen2.5-coder-0.5b-q4_k_m' => 'qwen2.5-coder-0.5b-q4_k_m',
     'gemma3-270m-q4_k_m'        => 'gemma3-270m-q4_k_m',
@@ -33,7 +36,7 @@ sub ids_ok {
 }
 
 # llama.cpp's own test vectors: cases split by "\n__ggml_vocab_test__\n", no BOS.
-for my $name (grep { /^(?:gpt-2|llama-bpe|llama-spm|phi-3|qwen2)$/ } @present) {
+for my $name (grep { /^(?:gpt-2|llama-bpe|llama-spm|phi-3|qwen2|qwen35|deepseek-llm|gemma-4)$/ } @present) {
     my $file = $VOCABS{$name};
     my ($inp, $out) = (model_path("$file.gguf.inp"), model_path("$file.gguf.out"));
     next unless $inp && $out;
@@ -97,8 +100,10 @@ my @strings = map { my $b = $_; my $s = eval { Encode::decode('UTF-8', $b, Encod
 for my $name (@present) {
     my $tok = $tok{$name};
     my $bad = 0;
-    # SentencePiece writes spaces as U+2581, so a literal U+2581 comes back as a space.
-    my @own = $tok->algorithm eq 'spm' ? grep { !/\x{2581}/ } @strings : @strings;
+    # SentencePiece (and Gemma 4's BPE) write spaces as U+2581, so a literal
+    # U+2581 comes back as a space.
+    my $escapes = $tok->algorithm eq 'spm' || ($tok->pre_tokenizer // '') eq 'gemma4';
+    my @own = $escapes ? grep { !/\x{2581}/ } @strings : @strings;
     for my $s (@own) {
         my $back = $tok->decode([$tok->encode($s)]);
         next if $back eq $s;

@@ -33,6 +33,9 @@ our %VOCABS = (
     'qwen2'     => '44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c',
     'gpt-2'     => 'cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac',
     'phi-3'     => '967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326',
+    'qwen35'       => '63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c',
+    'deepseek-llm' => '867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76',
+    'gemma-4'      => '58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65',
 );
 
 sub model_dir { return Lugh::ModelStore::model_dir() }

@@ -80,6 +80,8 @@ struct Builder<'a, 'b> {
     bp: &'a Blueprint<'a>,
     g: &'b GraphCtx,
     n_tokens: i64,
+    /// Each token's attention temperature (the input), if the model has one.
+    attn_temp: Option<Tensor>,
 }
 
 impl Blueprint<'_> {
@@ -103,9 +105,9 @@ impl Blueprint<'_> {
         let hp = self.hp;
         let n_tokens: usize = segments.iter().map(|s| s.n_tokens).sum();
         let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
-        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64 };
-
         let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
+        let attn_temp = inputs.attn_temp.map(|(t, _)| t);
+        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64, attn_temp };
         let (tokens, pos, out_ids, seg_inputs) = (inputs.tokens, inputs.pos, inputs.out_ids, &inputs.segments);
 
         let w = self.weights;
@@ -320,10 +322,10 @@ impl Builder<'_, '_> {
         }
     }
 
-    /// RoPE of Q or K, or x unchanged for rows without RoPE.
+    /// RoPE of Q or K, or x unchanged for rows and layers without RoPE.
     fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
         let hp = self.bp.hp;
-        let Some(mode) = self.bp.spec.rope.ggml_mode() else {
+        let Some(mode) = self.bp.spec.rope.ggml_mode().filter(|_| hp.uses_rope(self.bp.spec, il)) else {
             return x;
         };
         let r = self.bp.rope;
@@ -430,6 +432,11 @@ impl Builder<'_, '_> {
         name(q, "Qcur", Some(il));
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
+        if let Some(temperature) = self.attn_temp {
+            // Llama 4's temperature tuning (llama.cpp's Mistral 3 graph)
+            q = g.mul(q, temperature);
+            name(q, "Qcur_attn_temp_scaled", Some(il));
+        }
         let kq_scale = if spec.scale_q {
             q = self.contiguous_grad(g.scale(q, hp.attention_scale));
             1.0

@@ -7,7 +7,7 @@ use crate::engine::forward::graph::Segment;
 use crate::engine::forward::kv_cache::KvCache;
 use crate::engine::ggml::ops::{GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use crate::engine::ggml::runtime as rt;
-use crate::engine::model::arch::HParams;
+use crate::engine::model::arch::{AttnTemperature, HParams};
 
 /// The input tensors of one segment.
 pub struct SegmentInputs {
@@ -30,6 +30,9 @@ pub struct GraphInputs {
     /// The batch rows whose logits are read [n_outputs].
     pub out_ids: Tensor,
     pub segments: Vec<SegmentInputs>,
+    /// Each token's attention temperature [1, 1, n_tokens], for the models
+    /// that have one (llama.cpp's build_inp_attn_scale).
+    pub attn_temp: Option<(Tensor, AttnTemperature)>,
 }
 
 fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
@@ -78,7 +81,9 @@ impl GraphInputs {
             })
             .collect();
         let out_ids = input(g, GGML_TYPE_I32, &[n_outputs as i64], "out_ids");
-        GraphInputs { tokens, pos, out_ids, segments }
+        let attn_temp =
+            hp.attn_temperature.map(|t| (input(g, GGML_TYPE_F32, &[1, 1, n_tokens as i64], "inp_attn_scale"), t));
+        GraphInputs { tokens, pos, out_ids, segments, attn_temp }
     }
 
     /// Fills the inputs for appending each segment's tokens to its cache
@@ -130,6 +135,16 @@ impl GraphInputs {
         rt::tensor_set(self.tokens, tokens);
         rt::tensor_set(self.pos, pos);
         rt::tensor_set(self.out_ids, out_ids);
+        // the masks have been copied into the graph: their buffer is free
+        self.fill_attn_temp(pos, mask_f32);
+    }
+
+    fn fill_attn_temp(&self, pos: &[i32], buf: &mut Vec<f32>) {
+        if let Some((t, temperature)) = self.attn_temp {
+            buf.clear();
+            buf.extend(pos.iter().map(|&p| temperature.at(p)));
+            rt::tensor_set(t, buf);
+        }
     }
 }
 
@@ -142,6 +157,7 @@ impl GraphInputs {
         let pos: Vec<i32> = (0..n as i32).collect();
         rt::tensor_set(self.pos, &pos);
         let mut mask = Vec::new();
+        self.fill_attn_temp(&pos, &mut mask);
         let inp = &self.segments[0];
         if let Some(m) = inp.mask {
             causal_mask_into(&mut mask, n, 0, n, 0, 0f32, f32::NEG_INFINITY);

@@ -175,6 +175,16 @@ pub struct ArchSpec {
     pub granite_scales: bool,
     /// Where the output projection comes from.
     pub output: OutputWeight,
+    /// Every n-th layer (the n-th, the 2n-th, …) has no RoPE (SmolLM3: 4).
+    pub no_rope_every: Option<usize>,
+    /// Llama 4's attention temperature, where the file gives
+    /// `attention.temperature_scale`: Q is multiplied by 1 + scale ·
+    /// ln(⌊pos / n_ctx_orig⌋ + 1) after RoPE (Mistral 3).
+    pub attn_temperature: bool,
+    /// YaRN's `rope.scaling.yarn_beta_fast`, `yarn_beta_slow` and
+    /// `yarn_log_multiplier` are read from the file (Mistral 3); else 32, 1
+    /// and none.
+    pub yarn_keys: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -203,6 +213,9 @@ const LLAMA: ArchSpec = ArchSpec {
     final_softcap_default: 0.0,
     granite_scales: false,
     output: OutputWeight::OwnOrEmbd,
+    no_rope_every: None,
+    attn_temperature: false,
+    yarn_keys: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -344,6 +357,15 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         output: OutputWeight::Own,
         ..LLAMA
     },
+    ArchSpec {
+        name: "smollm3",
+        out_bias: false,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        no_rope_every: Some(4),
+        ..LLAMA
+    },
+    ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
 ];
 
 /// The row for `name`, or an error naming the file (`path`), the
@@ -405,6 +427,31 @@ pub struct HParams {
     pub n_expert_used: usize,
     pub n_ff_exp: usize,
     pub n_ff_shexp: usize,
+    /// YaRN's ramp ends (default 32 and 1) and the log multiplier of its
+    /// magnitude correction (0 = none; `mscale_all_dim`).
+    pub yarn_beta_fast: f32,
+    pub yarn_beta_slow: f32,
+    pub rope_yarn_log_mul: f32,
+    /// The attention temperature (see ArchSpec::attn_temperature).
+    pub attn_temperature: Option<AttnTemperature>,
+}
+
+/// Llama 4's attention temperature: Q at position `pos` is multiplied by
+/// 1 + scale · ln(⌊pos / floor⌋ + 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    /// Positions per step of the logarithm (the original context).
+    pub floor: usize,
+}
+
+impl AttnTemperature {
+    /// The factor at `pos`, computed as llama.cpp does: the quotient in f32,
+    /// the logarithm in f64.
+    pub fn at(&self, pos: i32) -> f32 {
+        let steps = (pos as f32 / self.floor as f32).floor() as f64;
+        ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
 }
 
 impl HParams {
@@ -468,6 +515,17 @@ impl HParams {
         let (embedding_scale, residual_scale, logit_scale) =
             if spec.granite_scales { keys.granite_scales()? } else { (0.0, 0.0, 1.0) };
         let (n_expert, n_expert_used, n_ff_exp, n_ff_shexp) = keys.experts(spec.experts, n_ff)?;
+        let yarn_key = |key: &str, default: f32| {
+            if spec.yarn_keys {
+                keys.float(key).map_or(default, |v| v as f32)
+            } else {
+                default
+            }
+        };
+        let attn_temp_scale =
+            if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
+        let attn_temperature =
+            (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -499,7 +557,16 @@ impl HParams {
             n_expert_used,
             n_ff_exp,
             n_ff_shexp,
+            yarn_beta_fast: yarn_key("rope.scaling.yarn_beta_fast", 32.0),
+            yarn_beta_slow: yarn_key("rope.scaling.yarn_beta_slow", 1.0),
+            rope_yarn_log_mul: yarn_key("rope.scaling.yarn_log_multiplier", 0.0),
+            attn_temperature,
         })
+    }
+
+    /// Whether layer `il` applies RoPE (its row may leave some layers out).
+    pub fn uses_rope(&self, spec: &ArchSpec, il: usize) -> bool {
+        spec.no_rope_every.is_none_or(|n| (il + 1) % n != 0)
     }
 }
 

@@ -172,8 +172,8 @@ impl RopeConfig {
             freq_scale: scale,
             ext_factor: -1.0,
             attn_factor: 1.0,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
+            beta_fast: hp.yarn_beta_fast,
+            beta_slow: hp.yarn_beta_slow,
         }
     }
 }
@@ -208,8 +208,14 @@ impl RopeSettings {
         let mut attn_factor = request.attn_factor.unwrap_or(1.0);
         if ext_factor != 0.0 {
             let factor = 1.0 / freq_scale;
-            let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
-            attn_factor *= mscale / (1.0 + 0.1 * factor.ln());
+            let mscale = |m: f32| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+            if hp.rope_yarn_log_mul != 0.0 {
+                // the magnitude correction relative to mscale_all_dim's, in
+                // llama.cpp's order of operations
+                attn_factor *= mscale(1.0) / mscale(hp.rope_yarn_log_mul) * (1.0 / (1.0 + 0.1 * factor.ln()));
+            } else {
+                attn_factor *= mscale(1.0) / (1.0 + 0.1 * factor.ln());
+            }
         }
         RopeSettings {
             scaling_type,
@@ -218,8 +224,8 @@ impl RopeSettings {
             n_ctx_orig,
             ext_factor,
             attn_factor: attn_factor * hp.rope_attn_factor,
-            beta_fast: request.beta_fast.unwrap_or(32.0),
-            beta_slow: request.beta_slow.unwrap_or(1.0),
+            beta_fast: request.beta_fast.unwrap_or(hp.yarn_beta_fast),
+            beta_slow: request.beta_slow.unwrap_or(hp.yarn_beta_slow),
         }
     }
 

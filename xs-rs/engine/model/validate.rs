@@ -154,7 +154,14 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
     if !(hp.logit_scale.is_finite() && hp.logit_scale != 0.0) {
         return Err(bad("logit_scale", format!("is {}, but must be a finite number other than 0", hp.logit_scale)));
     }
-    for (key, v) in [("embedding_scale", hp.embedding_scale), ("residual_scale", hp.residual_scale)] {
+    for (key, v) in [
+        ("embedding_scale", hp.embedding_scale),
+        ("residual_scale", hp.residual_scale),
+        ("rope.scaling.yarn_beta_fast", hp.yarn_beta_fast),
+        ("rope.scaling.yarn_beta_slow", hp.yarn_beta_slow),
+        ("rope.scaling.yarn_log_multiplier", hp.rope_yarn_log_mul),
+        ("attention.temperature_scale", hp.attn_temperature.map_or(0.0, |t| t.scale)),
+    ] {
         if !v.is_finite() {
             return Err(bad(key, format!("is {v}, but must be a finite number")));
         }
@@ -250,6 +257,10 @@ pub(crate) mod tests {
             n_expert_used: 0,
             n_ff_exp: 0,
             n_ff_shexp: 0,
+            yarn_beta_fast: 32.0,
+            yarn_beta_slow: 1.0,
+            rope_yarn_log_mul: 0.0,
+            attn_temperature: None,
         }
     }
 

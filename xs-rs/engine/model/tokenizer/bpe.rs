@@ -1,7 +1,8 @@
-//! Byte-level BPE (`tokenizer.ggml.model = gpt2`), as llama.cpp's
+//! BPE (`tokenizer.ggml.model = gpt2` or `gemma4`), as llama.cpp's
 //! `llm_tokenizer_bpe_session`: each word from the pre-tokenizer is mapped
-//! byte by byte to GPT-2's characters, then adjacent symbols are merged,
-//! always the pair with the lowest merge rank first (ties: the leftmost).
+//! byte by byte to GPT-2's characters (or, for Gemma 4, taken as its UTF-8
+//! characters), then adjacent symbols are merged, always the pair with the
+//! lowest merge rank first (ties: the leftmost).
 //!
 //! llama.cpp compares symbol texts; we give every text that can ever be a
 //! symbol a number (a "piece") when the vocabulary is loaded, so merging
@@ -15,12 +16,18 @@ use std::collections::BinaryHeap;
 pub struct Merges {
     /// (left piece, right piece) → (rank, merged piece).
     pairs: Map<u64, (u32, u32)>,
-    /// The piece of the character standing for each byte.
+    /// The piece of the character standing for each byte (byte-level BPE).
     byte_piece: [u32; 256],
     /// Texts of the pieces that are not tokens (piece id - n_vocab).
     extra_texts: Vec<Box<[u8]>>,
+    /// The same, text → piece (to find the pieces of UTF-8 characters).
+    extra_pieces: Map<Box<[u8]>, u32>,
     n_vocab: u32,
 }
+
+/// The piece of a character that neither is a token nor appears in any
+/// merge: it is never merged, and is spelled with byte tokens.
+pub const UNKNOWN_PIECE: u32 = u32::MAX;
 
 #[inline]
 fn pair_key(left: u32, right: u32) -> u64 {
@@ -29,8 +36,15 @@ fn pair_key(left: u32, right: u32) -> u64 {
 
 impl Merges {
     /// `token_id` finds a token by its text; `merges` are the
-    /// "left right" lines of `tokenizer.ggml.merges`, best first.
-    pub fn new(n_vocab: usize, token_id: impl Fn(&[u8]) -> Option<i32>, merges: &[String], bytes: &ByteMap) -> Merges {
+    /// "left right" lines of `tokenizer.ggml.merges`, best first; `bytes`
+    /// is GPT-2's byte mapping for byte-level BPE, None where the symbols
+    /// are UTF-8 characters.
+    pub fn new(
+        n_vocab: usize,
+        token_id: impl Fn(&[u8]) -> Option<i32>,
+        merges: &[String],
+        bytes: Option<&ByteMap>,
+    ) -> Merges {
         let n_vocab = n_vocab as u32;
         let mut extra: Map<Box<[u8]>, u32> = new_map(1024);
         let mut extra_texts: Vec<Box<[u8]>> = Vec::new();
@@ -46,9 +60,11 @@ impl Merges {
             extra.insert(text.into(), p);
             p
         };
-        let mut byte_piece = [0u32; 256];
-        for b in 0..=255u8 {
-            byte_piece[b as usize] = piece_of(bytes.char_of(b), &mut extra);
+        let mut byte_piece = [UNKNOWN_PIECE; 256];
+        if let Some(bytes) = bytes {
+            for b in 0..=255u8 {
+                byte_piece[b as usize] = piece_of(bytes.char_of(b), &mut extra);
+            }
         }
         // llama.cpp splits a merge line at the first space after its first
         // byte (a line without one becomes a pair of empty strings, which can
@@ -58,13 +74,23 @@ impl Merges {
             Some((at, line.len()))
         };
         // Every merge result is a piece, so a rule whose halves come from
-        // later (worse) rules still finds them.
+        // later (worse) rules still finds them. Where the symbols are UTF-8
+        // characters, any one character can start as a symbol, so a half that
+        // is a single character is a piece too.
         let mut results = Vec::with_capacity(merges.len());
         for line in merges {
             results.push(split(line).map(|(at, _)| {
+                let bytes_of_line = line.as_bytes();
+                if bytes.is_none() {
+                    for half in [&bytes_of_line[..at], &bytes_of_line[at + 1..]] {
+                        if !half.is_empty() && super::utf8::seq_len(half[0]) == half.len() {
+                            piece_of(half, &mut extra);
+                        }
+                    }
+                }
                 let mut joined = Vec::with_capacity(line.len() - 1);
-                joined.extend_from_slice(&line.as_bytes()[..at]);
-                joined.extend_from_slice(&line.as_bytes()[at + 1..]);
+                joined.extend_from_slice(&bytes_of_line[..at]);
+                joined.extend_from_slice(&bytes_of_line[at + 1..]);
                 piece_of(&joined, &mut extra)
             }));
         }
@@ -82,7 +108,12 @@ impl Merges {
             };
             pairs.entry(pair_key(left, right)).or_insert((rank as u32, merged));
         }
-        Merges { pairs, byte_piece, extra_texts, n_vocab }
+        Merges { pairs, byte_piece, extra_texts, extra_pieces: extra, n_vocab }
+    }
+
+    /// The piece of a text that is not a token, if some merge makes it.
+    pub fn extra_piece(&self, text: &[u8]) -> Option<u32> {
+        self.extra_pieces.get(text).copied()
     }
 
     /// The text of a piece that is not a token.
@@ -112,18 +143,26 @@ pub struct BpeSession {
 }
 
 impl BpeSession {
-    /// Merges one word given as the pieces of its bytes; appends the
+    /// Merges one word of byte-level BPE (the pieces of its bytes);
+    /// appends the resulting pieces to `out`.
+    pub fn merge_bytes(&mut self, merges: &Merges, word: &[u8], out: &mut Vec<u32>) {
+        self.merge(merges, word.iter().map(|&b| merges.byte_piece[b as usize]), out);
+    }
+
+    /// Merges one word given as the pieces of its symbols; appends the
     /// resulting pieces to `out`.
-    pub fn merge(&mut self, merges: &Merges, word: &[u8], out: &mut Vec<u32>) {
+    pub fn merge(&mut self, merges: &Merges, symbols: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
         self.symbols.clear();
         self.queue.clear();
-        let n = word.len() as i32;
-        self.symbols.extend(word.iter().enumerate().map(|(i, &b)| Symbol {
-            piece: merges.byte_piece[b as usize],
+        self.symbols.extend(symbols.enumerate().map(|(i, piece)| Symbol {
+            piece,
             prev: i as i32 - 1,
-            next: if i as i32 + 1 == n { -1 } else { i as i32 + 1 },
+            next: i as i32 + 1,
             alive: true,
         }));
+        if let Some(last) = self.symbols.last_mut() {
+            last.next = -1;
+        }
         for i in 1..self.symbols.len() {
             self.push_pair(merges, i - 1, i);
         }

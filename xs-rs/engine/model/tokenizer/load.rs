@@ -118,16 +118,19 @@ fn corrupt(gguf: &Gguf, what: String) -> Error {
 pub fn build(gguf: &Gguf) -> Result<Vocab> {
     let (model_name, is_spm, tokens) = algorithm(gguf)?;
     let n = tokens.len();
-    let pre_raw = gguf.get_str("tokenizer.ggml.pre");
+    // A gemma4 tokenizer model is BPE with Gemma 4's pre-tokenizer, whatever
+    // tokenizer.ggml.pre says.
+    let pre_raw = if model_name == "gemma4" { Some("gemma4") } else { gguf.get_str("tokenizer.ggml.pre") };
     let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw, &gguf.path)?) };
     let scores = scores(gguf, n)?;
     let mut attrs = token_types(gguf, n)?;
     let (texts, ids) = token_texts(gguf, tokens)?;
     let id_of = |text: &str| ids.get(text.as_bytes()).copied();
 
-    let (mut sp, mut fim) = special_ids(gguf, n, is_spm)?;
+    let (mut sp, mut fim) = special_ids(gguf, n, &model_name)?;
     let add_bos =
-        gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(is_spm || pre_spec.is_some_and(|s| s.add_bos));
+        gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(is_spm || pre_spec.is_some_and(|s| s.add_bos))
+            || pre_spec.is_some_and(|s| s.always_add_bos);
     let add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
     let add_space_prefix = is_spm && gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
     detect_by_text(&mut sp, &mut fim, &mut attrs, &id_of);
@@ -146,7 +149,8 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         (0..n).filter(|&i| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0).collect();
     special_ids.sort_by_key(|&i| std::cmp::Reverse(texts.get(i).len()));
     let byte_map = ByteMap::new();
-    let pieces = render_pieces(&texts, &attrs, is_spm, &byte_map);
+    let escaped_spaces = is_spm || pre_spec.is_some_and(|s| s.escape_spaces);
+    let pieces = render_pieces(&texts, &attrs, escaped_spaces, &byte_map);
     strip_attributes(gguf, pre_raw.unwrap_or_default(), &special_ids, &mut attrs, &id_of);
     let special_tokens = SpecialTokens::new(
         special_ids
@@ -172,13 +176,23 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         let merge_lines = gguf.get_str_array("tokenizer.ggml.merges").ok_or_else(|| {
             corrupt(gguf, "tokenizer.ggml.merges (a list of strings) is missing for a BPE vocabulary".into())
         })?;
-        let merges = bpe::Merges::new(n, |t| ids.get(t).copied(), merge_lines, &byte_map);
+        let merges = bpe::Merges::new(n, |t| ids.get(t).copied(), merge_lines, spec.byte_encode.then_some(&byte_map));
+        let mut byte_tokens = Box::new([None; 256]);
+        if !spec.byte_encode {
+            for b in 0..=255u8 {
+                byte_tokens[b as usize] = id_of(&format!("<0x{b:02X}>"));
+            }
+        }
         Kind::Bpe(Box::new(BpeModel {
             pre_name: pre_raw.unwrap_or("default").to_string(),
             pre: PreTokenizer::new(spec)?,
             merges,
             bytes: byte_map,
             ignore_merges: spec.ignore_merges,
+            byte_encode: spec.byte_encode,
+            escape_spaces: spec.escape_spaces,
+            whole_newline_words: spec.whole_newline_words,
+            byte_tokens,
         }))
     };
 
@@ -212,8 +226,8 @@ fn suppress_tokens(gguf: &Gguf, n: usize) -> Result<Vec<i32>> {
     }
 }
 
-/// The tokenizer model's name, whether it is SentencePiece (else byte-level
-/// BPE), and the token texts.
+/// The tokenizer model's name, whether it is SentencePiece (else BPE), and
+/// the token texts.
 fn algorithm(gguf: &Gguf) -> Result<(String, bool, &[String])> {
     let model_name = gguf.get_str("tokenizer.ggml.model").unwrap_or_default().to_string();
     let tokens = gguf.get_str_array("tokenizer.ggml.tokens");
@@ -222,12 +236,12 @@ fn algorithm(gguf: &Gguf) -> Result<(String, bool, &[String])> {
     };
     let is_spm = match model_name.as_str() {
         "llama" => true,
-        "gpt2" => false,
+        "gpt2" | "gemma4" => false,
         other => {
             return Err(Error::UnsupportedTokenizer {
                 path: gguf.path.clone(),
                 what: format!(
-                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (BPE over UTF-8)"
                 ),
             })
         }
@@ -305,13 +319,13 @@ struct Fim {
     sep: Option<i32>,
 }
 
-/// Special ids: per-algorithm defaults, then the file's values.
-fn special_ids(gguf: &Gguf, n: usize, is_spm: bool) -> Result<(SpecialIds, Fim)> {
+/// Special ids: per-tokenizer-model defaults, then the file's values.
+fn special_ids(gguf: &Gguf, n: usize, model_name: &str) -> Result<(SpecialIds, Fim)> {
     let in_range = |id: i64| (0..n as i64).contains(&id).then_some(id as i32);
-    let mut sp = if is_spm {
-        SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() }
-    } else {
-        SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() }
+    let mut sp = match model_name {
+        "llama" => SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() },
+        "gpt2" => SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() },
+        _ => SpecialIds::default(),
     };
     let mut fim = Fim::default();
     // A special id in the file is -1 (none; u32::MAX as some writers store
@@ -455,8 +469,9 @@ fn strip_attributes(
 }
 
 /// What each token prints as, with control tokens rendered: llama.cpp's
-/// token-to-piece cache.
-fn render_pieces(texts: &Texts, attrs: &[u16], is_spm: bool, bytes: &ByteMap) -> Texts {
+/// token-to-piece cache. `escaped_spaces`: texts spell spaces as `▁`
+/// (SentencePiece, Gemma 4), else they are GPT-2 byte characters.
+fn render_pieces(texts: &Texts, attrs: &[u16], escaped_spaces: bool, bytes: &ByteMap) -> Texts {
     let mut pieces = Texts::default();
     let mut buf = Vec::new();
     for (i, &a) in attrs.iter().enumerate() {
@@ -465,7 +480,7 @@ fn render_pieces(texts: &Texts, attrs: &[u16], is_spm: bool, bytes: &ByteMap) ->
         if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
             buf.extend_from_slice(text);
         } else if a & attr::NORMAL != 0 {
-            if is_spm {
+            if escaped_spaces {
                 unescape_spaces(text, &mut buf);
             } else {
                 unmap_bytes(text, bytes, &mut buf);

@@ -71,7 +71,7 @@ enum Kind {
         /// a leading run of `▁`); None when there are too many to bother.
         joined_before_space: Option<Vec<Box<[u8]>>>,
     },
-    /// Byte-level BPE (`gpt2`).
+    /// BPE (`gpt2`: byte-level; `gemma4`: over UTF-8 characters).
     Bpe(Box<BpeModel>),
 }
 
@@ -81,6 +81,13 @@ struct BpeModel {
     merges: bpe::Merges,
     bytes: pretokenize::ByteMap,
     ignore_merges: bool,
+    /// The pre-tokenizer's settings of the same names (`PreSpec`).
+    byte_encode: bool,
+    escape_spaces: bool,
+    whole_newline_words: bool,
+    /// The `<0xAB>` tokens, which spell unknown symbols where the symbols
+    /// are UTF-8 characters.
+    byte_tokens: Box<[Option<i32>; 256]>,
 }
 
 /// The special token ids a model declares (or llama.cpp infers).
@@ -297,13 +304,7 @@ impl Vocab {
                             if *add_space_prefix && after_special {
                                 escaped.extend_from_slice(SPACE_MARK);
                             }
-                            for &b in &text[start..end] {
-                                if b == b' ' {
-                                    escaped.extend_from_slice(SPACE_MARK);
-                                } else {
-                                    escaped.push(b);
-                                }
-                            }
+                            escape_spaces_onto(&text[start..end], &mut escaped);
                             spm_fragment(&lookup, joined_before_space.as_deref(), &escaped, &mut state, &mut out);
                             after_special = false;
                         }
@@ -312,9 +313,14 @@ impl Vocab {
             }
             Kind::Bpe(model) => {
                 let mut state = BpeState::default();
+                let mut escaped = Vec::new();
                 for fragment in &fragments {
                     match *fragment {
                         Fragment::Token(id) => out.push(id),
+                        Fragment::Text { start, end } if model.escape_spaces => {
+                            escape_spaces(&text[start..end], &mut escaped);
+                            self.bpe_fragment(model, &escaped, &mut state, &mut out)
+                        }
                         Fragment::Text { start, end } => {
                             self.bpe_fragment(model, &text[start..end], &mut state, &mut out)
                         }
@@ -352,30 +358,60 @@ impl Vocab {
     }
 
     fn bpe_word(&self, model: &BpeModel, word: &[u8], state: &mut BpeState, out: &mut Vec<i32>) {
-        if model.ignore_merges {
+        // The word as the vocabulary spells it.
+        let spelled: &[u8] = if model.byte_encode {
             state.mapped.clear();
             for &b in word {
                 state.mapped.extend_from_slice(model.bytes.char_of(b));
             }
-            if let Some(&id) = self.ids.get(&state.mapped[..]) {
+            &state.mapped
+        } else {
+            word
+        };
+        let whole = model.ignore_merges || (model.whole_newline_words && word.iter().all(|&b| b == b'\n'));
+        if whole {
+            if let Some(&id) = self.ids.get(spelled) {
                 out.push(id);
                 return;
             }
         }
         state.pieces.clear();
-        state.session.merge(&model.merges, word, &mut state.pieces);
+        if model.byte_encode {
+            state.session.merge_bytes(&model.merges, word, &mut state.pieces);
+        } else {
+            let piece_of = |c: &[u8]| {
+                self.ids
+                    .get(c)
+                    .map(|&id| id as u32)
+                    .or_else(|| model.merges.extra_piece(c))
+                    .unwrap_or(bpe::UNKNOWN_PIECE)
+            };
+            state.session.merge(&model.merges, Utf8Chars(word).map(piece_of), &mut state.pieces);
+        }
+        // Where a symbol is not a token, llama.cpp spells it byte by byte
+        // with one-byte tokens (byte-level: the mapped characters; else the
+        // `<0xAB>` tokens) and drops bytes that have none.
+        let mut at = 0; // offset in `word` of the current piece
         for &piece in &state.pieces {
+            let len = if piece == bpe::UNKNOWN_PIECE {
+                utf8::seq_len(word[at]).min(word.len() - at)
+            } else if model.merges.is_token(piece) {
+                self.texts.get(piece as usize).len()
+            } else {
+                model.merges.extra_text(piece).len()
+            };
             if model.merges.is_token(piece) {
                 out.push(piece as i32);
-            } else {
-                // A symbol that is not a token: llama.cpp looks up each byte
-                // of its (mapped) text as a one-byte token and drops misses.
+            } else if model.byte_encode {
                 for &b in model.merges.extra_text(piece) {
                     if let Some(&id) = self.ids.get(&[b][..]) {
                         out.push(id);
                     }
                 }
+            } else {
+                out.extend(word[at..at + len].iter().filter_map(|&b| model.byte_tokens[b as usize]));
             }
+            at += len;
         }
     }
 
@@ -452,6 +488,38 @@ impl PieceDecoder {
 
 /// SentencePiece's escaped space.
 const SPACE_MARK: &[u8] = "▁".as_bytes();
+
+/// `text` with every space written as `▁`, into `out` (cleared first).
+fn escape_spaces(text: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    escape_spaces_onto(text, out);
+}
+
+/// Appends `text` with every space written as `▁`.
+fn escape_spaces_onto(text: &[u8], out: &mut Vec<u8>) {
+    for &b in text {
+        if b == b' ' {
+            out.extend_from_slice(SPACE_MARK);
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// The UTF-8 characters of normalized text, as llama.cpp cuts symbols: the
+/// lead byte gives the length (cut short at the end).
+struct Utf8Chars<'a>(&'a [u8]);
+
+impl<'a> Iterator for Utf8Chars<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let first = *self.0.first()?;
+        let (c, rest) = self.0.split_at(utf8::seq_len(first).min(self.0.len()));
+        self.0 = rest;
+        Some(c)
+    }
+}
 
 /// Scratch for SPM, reused across the segments of one call.
 #[derive(Default)]

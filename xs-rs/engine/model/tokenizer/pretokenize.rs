@@ -29,6 +29,37 @@ const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
 /// Qwen2's pattern: Llama 3's with single digits.
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen 3.5's pattern: Qwen2's with combining marks (\p{M}) joining letters.
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// DeepSeek LLM's patterns. llama.cpp runs those without a `\p{..}` class
+/// through std::wregex after replacing every non-ASCII space by U+000B: `\s`
+/// still means every space, but a literal range that holds a non-ASCII space
+/// never matches it. Those two ranges (U+3000 in the third, the spaces of
+/// U+0800..U+4E00 in the fifth) subtract `\s` here to say so.
+const DEEPSEEK_LLM: &[&str] = &[
+    "[\r\n]",
+    concat!(
+        r"\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF}",
+        r"\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}",
+        r"\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}",
+        r"\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}",
+        r"\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}",
+        r"\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}",
+        r"\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}",
+        r"\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}",
+        r"\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}",
+        r"\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}",
+        r"\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}",
+        r"\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}",
+        r"\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+",
+    ),
+    r"\s?[[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]--\s]+",
+    r"\s+$",
+    r"[[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]--\s]+",
+    r"\p{N}+",
+];
+
 /// One named pre-tokenizer: its patterns and the vocabulary settings that
 /// llama.cpp ties to the same names.
 pub struct PreSpec {
@@ -38,26 +69,47 @@ pub struct PreSpec {
     pub ignore_merges: bool,
     /// The default of add_bos before `tokenizer.ggml.add_bos_token` is read.
     pub add_bos: bool,
+    /// BOS is added whatever the file says (Gemma 4: llama.cpp overrides a
+    /// false add_bos_token).
+    pub always_add_bos: bool,
+    /// Words are mapped to GPT-2's byte characters before merging; false for
+    /// SentencePiece-style BPE, which merges the UTF-8 characters themselves
+    /// and spells missing characters with `<0xAB>` byte tokens.
+    pub byte_encode: bool,
+    /// Spaces become `▁` before splitting (and `▁` a space when decoding).
+    pub escape_spaces: bool,
+    /// A word of newlines only that is itself a token is emitted as it is
+    /// (Gemma 4's fix: its merges never build runs of newlines).
+    pub whole_newline_words: bool,
 }
+
+/// The settings most rows share.
+const BYTE_LEVEL: PreSpec = PreSpec {
+    names: &[],
+    patterns: &[],
+    ignore_merges: false,
+    add_bos: false,
+    always_add_bos: false,
+    byte_encode: true,
+    escape_spaces: false,
+    whole_newline_words: false,
+};
 
 pub const PRE_TOKENIZERS: &[PreSpec] = &[
     PreSpec {
         names: &["default"],
         patterns: &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
-        ignore_merges: false,
-        add_bos: false,
+        ..BYTE_LEVEL
     },
     PreSpec {
         names: &["gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4", "trillion", "gigachat", "a.x-4.0", "mellum"],
         patterns: &[GPT2],
-        ignore_merges: false,
-        add_bos: false,
+        ..BYTE_LEVEL
     },
     PreSpec {
         names: &["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "mellum2"],
         patterns: &[r"\p{N}", GPT2],
-        ignore_merges: false,
-        add_bos: false,
+        ..BYTE_LEVEL
     },
     PreSpec {
         names: &[
@@ -74,13 +126,25 @@ pub const PRE_TOKENIZERS: &[PreSpec] = &[
         patterns: &[LLAMA3],
         ignore_merges: true,
         add_bos: true,
+        ..BYTE_LEVEL
     },
-    PreSpec { names: &["dbrx", "smaug-bpe"], patterns: &[LLAMA3], ignore_merges: false, add_bos: false },
+    PreSpec { names: &["dbrx", "smaug-bpe"], patterns: &[LLAMA3], ..BYTE_LEVEL },
     PreSpec {
         names: &["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open"],
         patterns: &[QWEN2],
-        ignore_merges: false,
-        add_bos: false,
+        ..BYTE_LEVEL
+    },
+    PreSpec { names: &["qwen35"], patterns: &[QWEN35], ..BYTE_LEVEL },
+    PreSpec { names: &["deepseek-llm"], patterns: DEEPSEEK_LLM, ..BYTE_LEVEL },
+    PreSpec {
+        // Also the pre-tokenizer of every `tokenizer.ggml.model = gemma4` file.
+        names: &["gemma4", "granite-embed-multi-311m"],
+        patterns: &[r"[^\n]+|\n+"],
+        always_add_bos: true,
+        byte_encode: false,
+        escape_spaces: true,
+        whole_newline_words: true,
+        ..BYTE_LEVEL
     },
 ];
 
@@ -101,9 +165,10 @@ pub fn find_spec(pre: Option<&str>, path: &Path) -> Result<&'static PreSpec> {
     })
 }
 
-/// Code points that Unicode 16.0 added to the letter, number and punctuation
-/// categories; llama.cpp b11434's tables (Unicode 15.1) do not have them.
-const UNICODE_16_ADDITIONS: [(&str, &str); 3] = [
+/// Code points that Unicode 16.0 added to the letter, number, punctuation
+/// and mark categories; llama.cpp b11434's tables (Unicode 15.1) do not have
+/// them.
+const UNICODE_16_ADDITIONS: [(&str, &str); 4] = [
     (
         r"\p{L}",
         r"\x{1C89}-\x{1C8A}\x{A7CB}-\x{A7CD}\x{A7DA}-\x{A7DC}\x{105C0}-\x{105F3}\x{10D4A}-\x{10D65}\x{10D6F}-\x{10D85}\x{10EC2}-\x{10EC4}\x{11380}-\x{11389}\x{1138B}\x{1138E}\x{11390}-\x{113B5}\x{113B7}\x{113D1}\x{113D3}\x{11BC0}-\x{11BE0}\x{13460}-\x{143FA}\x{16100}-\x{1611D}\x{16D40}-\x{16D6C}\x{18CFF}\x{1E5D0}-\x{1E5ED}\x{1E5F0}",
@@ -115,6 +180,10 @@ const UNICODE_16_ADDITIONS: [(&str, &str); 3] = [
     (
         r"\p{P}",
         r"\x{1B4E}-\x{1B4F}\x{1B7F}\x{10D6E}\x{113D4}-\x{113D5}\x{113D7}-\x{113D8}\x{11BE1}\x{16D6D}-\x{16D6F}\x{1E5FF}",
+    ),
+    (
+        r"\p{M}",
+        r"\x{897}\x{10D69}-\x{10D6D}\x{10EFC}\x{113B8}-\x{113C0}\x{113C2}\x{113C5}\x{113C7}-\x{113CA}\x{113CC}-\x{113D0}\x{113D2}\x{113E1}-\x{113E2}\x{11F5A}\x{1611E}-\x{1612F}\x{1E5EE}-\x{1E5EF}",
     ),
 ];
 
@@ -338,6 +407,9 @@ mod tests {
         "\t\t\tx",
         " \t\u{3000}\n x",
         "word\r\n\r\n\r\nword",
+        "e\u{301}\u{301}x \u{301}a \u{897}b 1\u{301}",
+        "µÀ ℂ한국어 中文\u{3000}、。！？ ‘q’ 𐐀 a\u{1680}b\u{2000}\n\r",
+        "trailing spaces   ",
     ];
 
     #[test]
@@ -355,7 +427,9 @@ mod tests {
     fn fast_split_equals_lookahead_regex_on_random_text() {
         // A deterministic generator over an alphabet of the interesting classes.
         let alphabet: Vec<char> =
-            " \t\n\r\u{3000}\u{a0}aZé日'sStTlL19١.!,<>|$+🦙\u{301}\u{1C89}\u{E000}".chars().collect();
+            " \t\n\r\u{3000}\u{a0}aZé日'sStTlL19١.!,<>|$+🦙\u{301}\u{1C89}\u{E000}\u{897}µ한、！\u{1680}"
+                .chars()
+                .collect();
         let mut state = 0x2545F4914F6CDD1Du64;
         for spec in PRE_TOKENIZERS {
             let pre = PreTokenizer::new(spec).unwrap();
@@ -385,6 +459,15 @@ mod tests {
         assert_eq!(words(&llama3, "1234567"), ["123", "456", "7"]);
         let qwen2 = PreTokenizer::new(find_spec(Some("qwen2"), Path::new("v.gguf")).unwrap()).unwrap();
         assert_eq!(words(&qwen2, "a\n\n b"), ["a", "\n\n", " b"]);
+        let qwen35 = PreTokenizer::new(find_spec(Some("qwen35"), Path::new("v.gguf")).unwrap()).unwrap();
+        assert_eq!(words(&qwen35, "e\u{301}x \u{301}y"), ["e\u{301}x", " \u{301}y"]);
+        assert_eq!(words(&qwen2, "e\u{301}x"), ["e", "\u{301}x"]);
+        let deepseek = PreTokenizer::new(find_spec(Some("deepseek-llm"), Path::new("v.gguf")).unwrap()).unwrap();
+        assert_eq!(words(&deepseek, "Hi 中文 123!\n  "), ["Hi", " ", "中文", " ", "123", "!", "\n", "  "]);
+        // U+3000 is a space to llama.cpp's std::wregex, never one of the class's characters
+        assert_eq!(words(&deepseek, "！\u{3000}！"), ["！", "\u{3000}！"]);
+        let gemma4 = PreTokenizer::new(find_spec(Some("gemma4"), Path::new("v.gguf")).unwrap()).unwrap();
+        assert_eq!(words(&gemma4, "a b\n\nc"), ["a b", "\n\n", "c"]);
     }
 
     #[test]

@@ -126,7 +126,7 @@ fn check_vectors(vocab: &Vocab, file: &str) -> (usize, usize) {
 
 #[test]
 fn llama_cpp_test_vectors() {
-    for name in ["llama-spm", "llama-bpe", "qwen2", "gpt-2", "phi-3"] {
+    for name in ["llama-spm", "llama-bpe", "qwen2", "gpt-2", "phi-3", "qwen35", "deepseek-llm", "gemma-4"] {
         let file = format!("ggml-vocab-{name}.gguf");
         let Some(vocab) = load(&file) else { continue };
         let (ok, total) = check_vectors(&vocab, &file);
@@ -142,6 +142,9 @@ const REFERENCE_VOCABS: &[(&str, &str)] = &[
     ("llama-spm", "ggml-vocab-llama-spm.gguf"),
     ("phi-3", "ggml-vocab-phi-3.gguf"),
     ("qwen2", "ggml-vocab-qwen2.gguf"),
+    ("qwen35", "ggml-vocab-qwen35.gguf"),
+    ("deepseek-llm", "ggml-vocab-deepseek-llm.gguf"),
+    ("gemma-4", "ggml-vocab-gemma-4.gguf"),
     ("smollm2-135m-q4_1", "smollm2-135m-q4_1.gguf"),
     ("qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
     ("gemma3-270m-q4_k_m", "gemma3-270m-q4_k_m.gguf"),
@@ -169,8 +172,15 @@ fn decode_inverts_encode() {
         "\u{1}\u{7f} ctrl\r\n",
         "",
     ];
-    for file in ["ggml-vocab-gpt-2.gguf", "ggml-vocab-qwen2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"]
-    {
+    for file in [
+        "ggml-vocab-gpt-2.gguf",
+        "ggml-vocab-qwen2.gguf",
+        "ggml-vocab-llama-spm.gguf",
+        "ggml-vocab-phi-3.gguf",
+        "ggml-vocab-qwen35.gguf",
+        "ggml-vocab-deepseek-llm.gguf",
+        "ggml-vocab-gemma-4.gguf",
+    ] {
         let Some(vocab) = load(file) else { continue };
         for text in texts {
             let ids = vocab.encode(text, vocab.add_bos_default(), false);
