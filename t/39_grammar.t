@@ -162,7 +162,22 @@ SKIP: {
         croaks_like(sub { $inference->generate($prompt, grammar => "root ::= <[99999999]>") },
             qr/allows no token/, 'a grammar no token can start');
         croaks_like(sub { Lugh::Speculative->new(inference => $inference, draft => 'ngram', grammar => $g) },
-            qr/Lugh::Speculative does not take a grammar/, 'Lugh::Speculative refuses one');
+            qr/grammar is an option of generate/, 'Lugh::Speculative->new points to generate');
+        # Speculative decoding under a grammar: greedy, the tokens of plain
+        # constrained greedy generation, whatever the draft proposes
+        my $json = Lugh::Grammar->from_file("$GRAMMARS/json.gbnf");
+        my $jp = [ Lugh::Tokenizer->new(model => $model)->encode('A JSON object describing a cat named Tom:') ];
+        my @plain = $inference->generate($jp, max_tokens => 40, greedy => 1, grammar => $json);
+        for my $draft ('ngram', $other) {
+            my $spec = Lugh::Speculative->new(inference => $inference, draft => $draft, k => 4, temperature => 0);
+            my @fast = @{ $spec->generate($jp, max_tokens => 40, grammar => $json) };
+            is("@fast", "@plain", 'Lugh::Speculative->generate with a grammar, ' . (ref $draft ? 'model' : 'ngram')
+                . ' draft: the tokens of constrained greedy generation');
+        }
+        my $spec = Lugh::Speculative->new(inference => $inference, draft => 'ngram', k => 4, temperature => 0.9);
+        my $answer = Lugh::Tokenizer->new(model => $model)->decode($spec->generate($prompt, max_tokens => 8, grammar => $g,
+            seed => 5));
+        like($answer, qr/\A (?:Yes|No)\.\z/, "Lugh::Speculative, sampled: '$answer'");
     };
 }
 

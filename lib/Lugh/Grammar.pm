@@ -258,8 +258,8 @@ short by C<max_tokens> is such a prefix).
 C<grammar> is an option of L<Lugh::Inference/generate>, of
 L<Lugh::Inference/chat> and of L<Lugh::Chat> (for every turn, or one). It
 takes a Lugh::Grammar or GBNF text (parsed at each call, with root C<root>).
-L<Lugh::Speculative> refuses a grammar: its drafted tokens are not checked
-against one. The command line takes C<--grammar GBNF>,
+So is it of L<Lugh::Speculative/generate>, whose drafted tokens are judged
+over what the grammar allows. The command line takes C<--grammar GBNF>,
 C<--grammar-file FILE>, C<--json-schema JSON> and C<--json-schema-file FILE>
 (see L<lugh>). C<json_schema> and C<response_format> take a schema itself
 (see L<Lugh::Inference/JSON schemas and response_format>).

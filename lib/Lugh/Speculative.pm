@@ -244,6 +244,19 @@ L<Lugh::Inference/generate>'s is; a true return stops generation after that
 token. Croaks when the prompt is empty, has an id outside the vocabulary,
 or does not fit in the context with C<$max_tokens>.
 
+C<< grammar => $grammar >> (a L<Lugh::Grammar>, or GBNF text; for a JSON
+schema, a grammar made by L<Lugh::Grammar/from_json_schema>) makes the
+output follow the grammar as L<Lugh::Inference/Grammars> does: the main
+model judges each drafted token over the tokens the grammar allows at that
+point (a token it rejects is never accepted) and draws its own from them,
+and generation ends once the grammar is complete and nothing may follow.
+Greedy, the output is that of C<< $inference->generate(..., greedy => 1,
+grammar => $grammar) >>, token for token. C<step>, C<draft_tokens> and
+C<verify_tokens> take no grammar (they judge any context given).
+
+    my $yes_no = Lugh::Grammar->new('root ::= " " ("Yes" | "No") "."');
+    my $answer = $spec->generate(\@prompt, max_tokens => 8, grammar => $yes_no);
+
 =head2 step
 
     my $new = $spec->step(\@prompt);

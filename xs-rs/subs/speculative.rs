@@ -1,8 +1,10 @@
 //! XS subs of Lugh::Speculative. The options of new and generate are
 //! declared here, once (tables of [`Opt`]); the sampling options are
 //! Lugh::Inference's, less the penalties.
+use super::grammar::grammar_arg;
 use super::inference::CLASS as INFERENCE_CLASS;
 use super::sampling_options::SAMPLING_OPTIONS;
+use crate::engine::generate::grammar::Grammar;
 use crate::engine::generate::inference::Inference;
 use crate::engine::generate::ngram::NgramOptions;
 use crate::engine::generate::speculative::{check_k, Draft, SpecOptions, Speculative, MAX_K};
@@ -93,7 +95,14 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
         set(&mut a.ngram_max, perl.ranged_arg(sv, "ngram_max", 1, i32::MAX as i64).map(Some))
     }),
     Opt::new("exact", |perl, sv, a| set(&mut a.exact, perl.bool_arg(sv, "exact").map(Some))),
-    Opt::new("grammar", |_, _, _| Err(no_grammar())),
+    Opt::new("grammar", |_, _, _| {
+        // step, draft_tokens and verify_tokens judge any context: a grammar
+        // has a state only along one generation
+        Err(Error::Argument(
+            "grammar is an option of generate (Lugh::Speculative->generate(\\@prompt, grammar => ...)), not of new"
+                .into(),
+        ))
+    }),
 ];
 
 /// What generate() is given besides the prompt.
@@ -101,6 +110,7 @@ struct GenerateArgs {
     max_tokens: usize,
     seed: Option<u64>,
     callback: Option<Sv>,
+    grammar: Option<Arc<Grammar>>,
 }
 
 /// The default max_tokens of generate (Lugh 0.12's).
@@ -110,18 +120,8 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
     Opt::new("max_tokens", |perl, sv, a| set(&mut a.max_tokens, max_tokens_arg(perl, sv))),
     Opt::new("seed", |perl, sv, a| set(&mut a.seed, perl.ranged_arg(sv, "seed", 0, i64::MAX).map(|v| Some(v as u64)))),
     Opt::new("callback", |perl, sv, a| set(&mut a.callback, perl.code_arg(sv, "callback"))),
-    Opt::new("grammar", |_, _, _| Err(no_grammar())),
+    Opt::new("grammar", |perl, sv, a| set(&mut a.grammar, grammar_arg(perl, sv).map(Some))),
 ];
-
-/// Speculative decoding does not check drafted tokens against a grammar, so
-/// it refuses one rather than ignore it.
-fn no_grammar() -> Error {
-    Error::Argument(
-        "Lugh::Speculative does not take a grammar (drafted tokens are not checked against one); use \
-         Lugh::Inference->generate(grammar => ...)"
-            .into(),
-    )
-}
 
 fn max_tokens_arg(perl: Perl, sv: Sv) -> Result<usize, Error> {
     perl.ranged_arg(sv, "max_tokens", 0, i32::MAX as i64)
@@ -197,7 +197,7 @@ xs_subs! { "Lugh::Speculative";
         let s = this(args)?;
         let perl = args.perl();
         let prompt = tokens_arg(perl, &s, args.get(1), "prompt")?;
-        let mut call = GenerateArgs { max_tokens: DEFAULT_MAX_TOKENS, seed: None, callback: None };
+        let mut call = GenerateArgs { max_tokens: DEFAULT_MAX_TOKENS, seed: None, callback: None, grammar: None };
         // ($prompt, $max_tokens) as in Lugh 0.12, or name => value pairs
         if args.len() == 3 {
             if perl.is_defined(args.get(2)) {
@@ -217,7 +217,7 @@ xs_subs! { "Lugh::Speculative";
                 None => Ok(false),
             }
         };
-        let (tokens, _) = s.generate(&prompt, call.max_tokens, call.seed, on_token)?;
+        let (tokens, _) = s.generate(&prompt, call.max_tokens, call.seed, call.grammar.as_ref(), on_token)?;
         Ok(ids(perl, &tokens))
     }
 

@@ -27,11 +27,18 @@
 //! positions are overwritten later) and evaluating what is missing, so the
 //! caches never see a token that was not accepted.
 //!
+//! With a grammar (generate only), p is the main model's distribution over
+//! the tokens the grammar allows after the accepted ones: drafted tokens it
+//! rejects have p(x) = 0 and are never accepted, and the correction is
+//! drawn from what it allows, so the output follows the grammar and greedy
+//! output is plain constrained greedy output.
+//!
 //! The loop is written against [`BatchSource`], so the tests drive it with
 //! small fake models whose distributions are known exactly.
 use crate::engine::forward::graph::Head;
 use crate::engine::forward::runner::{ComputePool, KvCache, Overrides};
 use crate::engine::generate::generation::{common_prefix, CachedRunner, LogitsSource, TokenText};
+use crate::engine::generate::grammar::{Grammar, GrammarState};
 use crate::engine::generate::inference::Inference;
 use crate::engine::generate::ngram::{self, NgramOptions};
 use crate::engine::generate::sampler::{draw, Candidates, Sampler, SamplerOptions};
@@ -160,6 +167,8 @@ const ONE_ROW_KERNEL_ROWS: usize = 3;
 /// transform only; the draws come from `rng`), the draws, and scratch.
 pub struct Decoder {
     greedy: bool,
+    /// The grammar the output follows, in its state after the context.
+    constraint: Option<Constraint>,
     /// The most rows one verifying pass evaluates.
     rows_per_pass: usize,
     main_chain: Sampler,
@@ -189,6 +198,7 @@ impl Decoder {
         let chain = SamplerOptions { seed: Some(0), dry_sequence_breakers: Vec::new(), ..options.clone() };
         Ok(Decoder {
             greedy: options.greedy || options.temperature <= 0.0,
+            constraint: None,
             rows_per_pass: ONE_ROW_KERNEL_ROWS,
             main_chain: Sampler::with_vocab(chain.clone(), vocab)?,
             draft_chain: Sampler::with_vocab(chain, vocab)?,
@@ -205,6 +215,14 @@ impl Decoder {
 
     /// Exact verification (the default): passes of at most
     /// [`ONE_ROW_KERNEL_ROWS`] rows; otherwise all the rows of a step in one.
+    /// Makes the output follow `grammar` from here on (the context so far
+    /// is not read by it), with `vocab`'s token texts.
+    pub fn constrain(&mut self, grammar: &Arc<Grammar>, vocab: Arc<Vocab>) -> Result<()> {
+        let bound = grammar.bind(|text| vocab.tokenize_special(text))?;
+        self.constraint = Some(Constraint { state: GrammarState::new(bound)?, vocab, masked: Vec::new() });
+        Ok(())
+    }
+
     pub fn exact(&mut self, exact: bool) {
         self.rows_per_pass = if exact { ONE_ROW_KERNEL_ROWS } else { MAX_K + 1 };
     }
@@ -298,9 +316,15 @@ impl Decoder {
         let mut accepted = 0;
         let mut next = None;
         let mut batch = Vec::with_capacity(proposal.len() + 1);
+        // the grammar's state as the tokens are judged (kept once they are)
+        let mut constraint = self.constraint.take();
+        let mut judge = |this: &mut Self, row: &[f32], accepted: &mut usize| match constraint.as_mut() {
+            Some(c) => this.judge_constrained(c, row, proposal, accepted),
+            None => this.judge(row, proposal, accepted),
+        };
         if common_prefix(main.context(), context) + 1 < context.len() {
             let mut row = std::mem::take(&mut self.main_logits);
-            let judged = catch_up(main, context, &mut row).and_then(|()| self.judge(&row, proposal, &mut accepted));
+            let judged = catch_up(main, context, &mut row).and_then(|()| judge(self, &row, &mut accepted));
             self.main_logits = row;
             next = judged?;
         } else {
@@ -315,11 +339,12 @@ impl Decoder {
             main.forward_each(group, &mut |row| {
                 // the rows after a rejection are not needed
                 if next.is_none() {
-                    next = self.judge(row, proposal, &mut accepted)?;
+                    next = judge(self, row, &mut accepted)?;
                 }
                 Ok(())
             })?;
         }
+        self.constraint = constraint;
         // keep the context and the accepted tokens: the main model's own
         // token is the last of the new context, evaluated with the next step
         main.truncate(context.len() + accepted)?;
@@ -355,6 +380,34 @@ impl Decoder {
         }))
     }
 
+    /// [`Decoder::judge`] with the main model's row limited to the tokens
+    /// the grammar allows; the state advances past each accepted token and
+    /// the main model's own one.
+    fn judge_constrained(
+        &mut self,
+        c: &mut Constraint,
+        row: &[f32],
+        proposal: &[i32],
+        accepted: &mut usize,
+    ) -> Result<Option<i32>> {
+        c.masked.clear();
+        c.masked.extend_from_slice(row);
+        c.state.apply(&mut c.masked, &*c.vocab)?;
+        if c.masked.iter().all(|&l| l == f32::NEG_INFINITY) {
+            return Err(Error::Argument(
+                "the grammar allows no token of this vocabulary here (no token's text can continue it)".into(),
+            ));
+        }
+        let before = *accepted;
+        let next = self.judge(&c.masked, proposal, accepted)?;
+        let token = match next {
+            Some(own) => own,
+            None => proposal[before],
+        };
+        c.state.accept(token, &*c.vocab)?;
+        Ok(next)
+    }
+
     /// One step: draft up to `k` tokens after `context`, verify them.
     /// Prompt lookup pauses while its proposals keep failing.
     pub fn step(
@@ -382,6 +435,14 @@ impl Decoder {
         }
         Ok(result)
     }
+}
+
+/// The grammar a generation follows: its state, the vocabulary that reads
+/// tokens for it, and a row of logits with what it rejects at -inf.
+struct Constraint {
+    state: GrammarState,
+    vocab: Arc<Vocab>,
+    masked: Vec<f32>,
 }
 
 /// The normalised max(0, p − q) into `out` (p itself when that is all
@@ -690,11 +751,18 @@ impl Speculative {
         prompt: &[i32],
         max_tokens: usize,
         seed: Option<u64>,
+        grammar: Option<&Arc<Grammar>>,
         on_token: impl FnMut(i32, usize) -> std::result::Result<bool, E>,
     ) -> std::result::Result<(Vec<i32>, Stop), E> {
         self.check_tokens(prompt, "the prompt", false)?;
         let mut decoder = self.decoder(seed)?;
         let vocab = self.main.runner.model().vocab().ok();
+        if let Some(grammar) = grammar {
+            let vocab = vocab.clone().ok_or_else(|| {
+                Error::Argument("a grammar needs the model's vocabulary, and this model has none".into())
+            })?;
+            decoder.constrain(grammar, vocab)?;
+        }
         let text = vocab.as_deref().map(|v| v as &dyn TokenText);
         let k = self.options.k;
         let mut stats = Stats::default();
