@@ -224,6 +224,23 @@ subtest 'the template gets the tools; the history keeps calls and tool results' 
     is(ref $stats{tool_calls}, 'ARRAY', 'and tool_calls');
 };
 
+subtest 'generic: tools described in the system message, the reply constrained to JSON' => sub {
+    my $plain = '{% for m in messages %}{{ m.role }}: {{ m.content }}' . "\n" . '{% endfor %}assistant:';
+    my $chat = Lugh::Chat->new(inference => $inference, template => $plain, tools => [$weather], max_tokens => 24, greedy => 1);
+    my $reply = $chat->ask('Weather in Paris?');
+    my $text = $chat->stats->{text};
+    note "raw reply: $text";
+    like($text, qr/\A\{"(?:tool_call|response)"/, 'the reply is the generic JSON');
+    my $expect = Lugh::Chat::Reply->parse($text, tool_format => 'generic');
+    is($reply, $expect->{content}, 'read as the generic form');
+    my $messages = [ $chat->messages ];
+    my $rendered = $chat->prompt->apply(Lugh::Chat::_describe_tools($messages, [$weather]));
+    like($rendered, qr/\Asystem: You can call any of the following tools.*"get_weather".*Respond in JSON format/s,
+        'a system message describes the tools');
+    $chat->ask('Again?', grammar => 'root ::= "ok"');
+    is($chat->stats->{text}, 'ok', "a turn's own grammar wins");
+};
+
 my $qwen = model_path('qwen2.5-coder-0.5b-q4_k_m');
 SKIP: {
     skip 'needs the Qwen test model (run: perl t/fetch-models)', 1 unless $qwen;

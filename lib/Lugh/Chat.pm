@@ -251,6 +251,9 @@ sub _reply {
     local $self->{turn_tools} = $tools;
     my $tokens = $self->_fitting_prompt($method, $generate{max_tokens});
     my $format = $tools ? Lugh::Chat::Reply->tool_format($self->{prompt}->template) : undef;
+    # llama.cpp's generic form constrains the whole reply to its JSON
+    $generate{json_schema} = _generic_schema($tools)
+        if defined $format && $format eq 'generic' && !grep { defined $generate{$_} } qw(grammar json_schema response_format);
     my %reading = (tool_format => $format, thinking => $self->{thinking_open} ? 1 : 0);
     my $stream;
     if (defined $opt->{callback} || defined $opt->{on_reasoning}) {
@@ -334,6 +337,24 @@ sub _describe_tools {
     if (@list && $list[0]{role} eq 'system') { $list[0]{content} .= "\n\n$text" }
     else                                     { unshift @list, { role => 'system', content => $text } }
     return @list;
+}
+
+# The JSON a generic reply may be: one call of a given tool, or a response.
+sub _generic_schema {
+    my ($tools) = @_;
+    my @calls = map {
+        my $function = $_->{function};
+        {   type       => 'object',
+            properties => { name => { const => $function->{name} }, arguments => $function->{parameters} // { type => 'object' } },
+            required   => [ 'name', 'arguments' ],
+        }
+    } @$tools;
+    return {
+        anyOf => [
+            { type => 'object', properties => { tool_call => { anyOf => \@calls } }, required => ['tool_call'] },
+            { type => 'object', properties => { response  => { type  => 'string' } }, required => ['response'] },
+        ],
+    };
 }
 
 # One-shot: a reply to a list of messages, without keeping a conversation.
@@ -424,6 +445,62 @@ L<Lugh::Inference/JSON schemas and response_format>):
         schema => { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] } });
     my $reply = JSON::PP->new->decode($chat->ask('Where is the Eiffel tower?'));
 
+=head2 Tools and reasoning
+
+    my $weather = { type => 'function', function => {
+        name        => 'get_weather',
+        description => 'The current weather in a city',
+        parameters  => { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] },
+    } };
+    my $agent = Lugh::Chat->new(inference => $inference, tools => [$weather], greedy => 1);
+    my $answer = $agent->ask('What is the weather in Paris?');
+    for my $call ($agent->tool_calls) {
+        my $f = $call->{function};       # { name, arguments (a Perl structure), arguments_json }
+        my $result = { city => $f->{arguments}{city}, temperature => 21 };   # run the tool here
+        $agent->add_message(tool => $result, tool_call_id => $call->{id});
+    }
+    $answer = $agent->ask('Thanks. So, what is it like?') if $agent->tool_calls;
+    print defined $agent->reasoning ? "thought: " . $agent->reasoning . "\n" : "no reasoning\n";
+
+C<tools> (given to C<new> for every turn, or to C<ask>/C<say> for one)
+are OpenAI's: a list of C<< { type => 'function', function => { name,
+description, parameters } } >>, C<parameters> a JSON schema. The chat
+template gets them as its C<tools> variable, so a template that knows tools
+(Qwen 2.5, Hermes, Llama 3.1, Mistral Nemo...) describes them to the model
+its own way. As in llama.cpp, only a Jinja template can: a chat with a fixed
+C<format> croaks when given tools. A template with no tool markup of its own
+gets llama.cpp's generic form: the system message lists the tools and asks
+for a JSON reply, C<{"tool_call": {"name": ..., "arguments": ...}}>,
+C<{"tool_calls": [...]}> or C<{"response": "..."}>; unless the turn has a
+C<grammar>, C<json_schema> or C<response_format> of its own, the reply is
+constrained to a call of one of the tools or a response, as llama.cpp
+constrains it (the tools' C<parameters> schemas become grammar rules).
+
+The reply is read as llama.cpp reads it, in the family its template's text
+names (see L<Lugh::Chat::Reply/tool_format>): Hermes/Qwen
+C<< <tool_call> >>, Llama 3.x JSON and C<< <|python_tag|> >>, Mistral
+C<[TOOL_CALLS]>, or the generic JSON. C<ask> then returns the content only
+(the text outside the calls), and C<tool_calls> the calls, each
+
+    { id => 'call_0', type => 'function',
+      function => { name => 'get_weather', arguments => { city => 'Paris' },
+                    arguments_json => '{"city":"Paris"}' } }
+
+A call the model gives no id gets C<call_N>, N counting the chat's calls
+from 0: reproducible, where llama.cpp's ids are random. The assistant
+message the history keeps carries the C<tool_calls> (arguments as a
+structure, which templates render), and C<< add_message(tool => $result,
+tool_call_id => $id) >> adds the tool's result (a structure is sent as its
+JSON text) for the next turn.
+
+Reasoning between C<< <think> >> and C<< </think> >> at the start of a reply
+(or from the start, when the template's prompt already opened
+C<< <think> >>) is taken out of the reply: C<reasoning> returns it. While
+streaming, the C<callback> gets the content only, and C<on_reasoning> the
+reasoning, in pieces that hold no part of a tag; with tools, the content
+stops at the first tool-call markup. C<stats> has C<content>,
+C<reasoning_content>, C<tool_calls> and the raw C<text> too.
+
 =head1 CONSTRUCTOR
 
 =head2 new
@@ -437,6 +514,7 @@ L<Lugh::Inference/JSON schemas and response_format>):
         max_tokens => 512,              # per reply
         stop       => ["\n\nUser:"],
         greedy     => 1,                # and any sampling option of generate()
+        tools      => [ { type => 'function', function => { name => 'now' } } ],   # see Tools and reasoning
     );
 
 C<tokenizer> may be given; by default one is made from the model. Sampling
@@ -455,8 +533,15 @@ override them for one turn.
     });
 
 Adds the user's message, generates the assistant's reply, adds it to the
-conversation and returns its text. If generation croaks (or the callback
+conversation and returns its text (its content: without reasoning and tool
+calls, see L</Tools and reasoning>). If generation croaks (or a callback
 dies), the user's message is taken back and the conversation is as before.
+
+    my $reply = $chat->ask('Why is the sky blue?',
+        on_reasoning => sub { print STDERR $_[0] },   # the <think> text, as it comes
+        tools        => [ { type => 'function', function => { name => 'search',
+                            parameters => { type => 'object', properties => { q => { type => 'string' } } } } } ],
+    );
 
 =head2 say
 
@@ -477,8 +562,24 @@ still matches).
 =head2 add_message
 
     $chat->add_message(user => 'Here is some context.');
+    $chat->add_message(tool => { temperature => 21 }, tool_call_id => 'call_0');
 
-Appends one message without generating.
+Appends one message without generating. After the role and the content it
+takes C<tool_call_id>, C<name> and C<tool_calls> (an array reference), for
+the messages of tool calls; a C<tool> message's content may be a structure,
+which the template gets as JSON text.
+
+=head2 tool_calls
+
+    my @calls = $chat->tool_calls;      # copies; an array reference in scalar context
+    print scalar(@calls), " tool calls\n";
+
+The tool calls of the last reply (see L</Tools and reasoning>): an empty
+list when it made none, or before the first turn.
+
+=head2 reasoning
+
+    my $thought = $chat->reasoning;     # the last reply's <think> text, or undef
 
 =head2 system
 
@@ -520,6 +621,6 @@ The objects the chat works with.
 
 =head1 SEE ALSO
 
-L<Lugh::Prompt>, L<Lugh::Inference/chat>, L<Lugh::Inference/generate>
+L<Lugh::Prompt>, L<Lugh::Chat::Reply>, L<Lugh::Inference/chat>, L<Lugh::Inference/generate>
 
 =cut

@@ -758,6 +758,20 @@ ends before the end-of-turn token. It takes every option of
 L<Lugh::Chat/new> and L<Lugh::Chat/ask>. For a conversation that goes on,
 L<Lugh::Chat> reuses the KV cache between turns.
 
+With C<tools> (see L<Lugh::Chat/Tools and reasoning>) it returns the
+reply's content; C<< stats => \%stats >> fills C<%stats> with generate's
+statistics and the reading of the reply: C<tool_calls>, C<content>,
+C<reasoning_content> and the raw C<text>.
+
+    my %stats;
+    my $reply = $inference->chat(
+        messages => [ { role => 'user', content => 'What time is it?' } ],
+        tools    => [ { type => 'function', function => { name => 'now', description => 'The current time' } } ],
+        stats    => \%stats, greedy => 1,
+    );
+    print "call: $_->{function}{name}\n" for @{ $stats{tool_calls} };
+    print ref $stats{tool_calls}, "\n";    # ARRAY
+
 =head1 SCORING AND EMBEDDINGS
 
 =head2 logprobs
