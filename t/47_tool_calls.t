@@ -226,11 +226,14 @@ subtest 'the template gets the tools; the history keeps calls and tool results' 
 
 subtest 'generic: tools described in the system message, the reply constrained to JSON' => sub {
     my $plain = '{% for m in messages %}{{ m.role }}: {{ m.content }}' . "\n" . '{% endfor %}assistant:';
-    my $chat = Lugh::Chat->new(inference => $inference, template => $plain, tools => [$weather], max_tokens => 24, greedy => 1);
+    # the tiny model knows 256 positions; what it writes here matters not
+    local $SIG{__WARN__} = sub { warn @_ unless $_[0] =~ /was trained on/ };
+    my $wide = Lugh::Inference->new(model => $inference->model, n_ctx => 2048, n_threads => 1);
+    my $chat = Lugh::Chat->new(inference => $wide, template => $plain, tools => [$weather], max_tokens => 24, greedy => 1);
     my $reply = $chat->ask('Weather in Paris?');
     my $text = $chat->stats->{text};
     note "raw reply: $text";
-    like($text, qr/\A\{"(?:tool_call|response)"/, 'the reply is the generic JSON');
+    like($text, qr/\A\{\s*"(?:tool_call|response)"/, 'the reply is the generic JSON');
     my $expect = Lugh::Chat::Reply->parse($text, tool_format => 'generic');
     is($reply, $expect->{content}, 'read as the generic form');
     my $messages = [ $chat->messages ];
