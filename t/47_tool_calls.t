@@ -244,6 +244,30 @@ subtest 'generic: tools described in the system message, the reply constrained t
     is($chat->stats->{text}, 'ok', "a turn's own grammar wins");
 };
 
+subtest 'a lazy grammar: free text until its trigger, constrained from it' => sub {
+    my $tok = Lugh::Tokenizer->new(model => $inference->model);
+    my @prompt = $tok->encode('hello world');
+    my @free = $inference->generate(\@prompt, greedy => 1, max_tokens => 12, stats => \my %free);
+    my ($at) = grep { $tok->decode([ $free[$_] ]) =~ /\A[ -~]+\z/ } 0 .. $#free;
+    plan skip_all => 'the tiny model wrote no plain ASCII token' unless defined $at;
+    my $trigger = $tok->decode([ $free[$at] ]);
+    (my $literal = $trigger) =~ s/(["\\])/\\$1/g;
+    my @lazy = $inference->generate(\@prompt, greedy => 1, max_tokens => 12, stats => \my %lazy,
+        grammar => qq(root ::= "$literal" [a-z ]*), grammar_trigger => $trigger);
+    is_deeply([ @lazy[ 0 .. $at ] ], [ @free[ 0 .. $at ] ], 'up to the trigger: the free text');
+    my $after = $tok->decode([ @lazy[ $at + 1 .. $#lazy ] ]);
+    like($after, qr/\A[a-z ]*\z/, "after it: what the grammar allows ('$after')");
+    croaks_like(sub { $inference->generate(\@prompt, max_tokens => 2, grammar_trigger => 'x') },
+        qr/grammar_trigger needs a grammar/, 'a trigger without a grammar');
+    croaks_like(sub { $inference->generate(\@prompt, max_tokens => 2, grammar => 'root ::= "x"', grammar_trigger => '') },
+        qr/grammar_trigger must not be empty/, 'an empty trigger');
+    like(Lugh::Chat::_hermes_grammar([$weather]), qr/\Aroot ::= tool-call .*"<tool_call>"/s,
+        'a Hermes chat with tools: a grammar for its calls, that <tool_call> triggers');
+    ok(Lugh::Grammar->new(Lugh::Chat::_hermes_grammar([$weather]))
+            ->accepts(qq(<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>)),
+        'which accepts a call of the tool');
+};
+
 my $qwen = model_path('qwen2.5-coder-0.5b-q4_k_m');
 SKIP: {
     skip 'needs the Qwen test model (run: perl t/fetch-models)', 1 unless $qwen;

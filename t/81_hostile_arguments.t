@@ -186,7 +186,7 @@ my %CALLS = (
     'Lugh::Inference::sample_top_p' => sub { ($inf, $logits, top_p => 0.9, seed => 1) },
     'Lugh::Inference::generate'    => sub {
         ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {}, lora => $lora,
-            rope => $rope, json_schema => { type => 'string' })
+            rope => $rope, json_schema => { type => 'string' }, grammar_trigger => '"')
     },
     'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2,
         on_reasoning => sub {0}, stats => {}) },

@@ -252,8 +252,11 @@ sub _reply {
     my $tokens = $self->_fitting_prompt($method, $generate{max_tokens});
     my $format = $tools ? Lugh::Chat::Reply->tool_format($self->{prompt}->template) : undef;
     # llama.cpp's generic form constrains the whole reply to its JSON
-    $generate{json_schema} = _generic_schema($tools)
-        if defined $format && $format eq 'generic' && !grep { defined $generate{$_} } qw(grammar json_schema response_format);
+    # and a Hermes call once <tool_call> opens it (lazily, as llama.cpp)
+    if (defined $format && !grep { defined $generate{$_} } qw(grammar json_schema response_format)) {
+        $generate{json_schema} = _generic_schema($tools) if $format eq 'generic';
+        @generate{qw(grammar grammar_trigger)} = (_hermes_grammar($tools), '<tool_call>') if $format eq 'hermes';
+    }
     my %reading = (tool_format => $format, thinking => $self->{thinking_open} ? 1 : 0);
     my $stream;
     if (defined $opt->{callback} || defined $opt->{on_reasoning}) {
@@ -339,22 +342,32 @@ sub _describe_tools {
     return @list;
 }
 
-# The JSON a generic reply may be: one call of a given tool, or a response.
-sub _generic_schema {
+# The JSON schema (as text: the name comes before the arguments, as models
+# write it) of a call of one of the tools.
+sub _call_schema {
     my ($tools) = @_;
     my @calls = map {
         my $function = $_->{function};
-        {   type       => 'object',
-            properties => { name => { const => $function->{name} }, arguments => $function->{parameters} // { type => 'object' } },
-            required   => [ 'name', 'arguments' ],
-        }
+        sprintf '{"type":"object","properties":{"name":{"const":%s},"arguments":%s},"required":["name","arguments"]}',
+            $JSON->encode($function->{name}), $JSON->encode($function->{parameters} // { type => 'object' });
     } @$tools;
-    return {
-        anyOf => [
-            { type => 'object', properties => { tool_call => { anyOf => \@calls } }, required => ['tool_call'] },
-            { type => 'object', properties => { response  => { type  => 'string' } }, required => ['response'] },
-        ],
-    };
+    return '{"anyOf":[' . join(',', @calls) . ']}';
+}
+
+# The JSON a generic reply may be: one call of a given tool, or a response.
+sub _generic_schema {
+    my ($tools) = @_;
+    return '{"anyOf":[{"type":"object","properties":{"tool_call":' . _call_schema($tools) . '},"required":["tool_call"]},'
+        . '{"type":"object","properties":{"response":{"type":"string"}},"required":["response"]}]}';
+}
+
+# Hermes/Qwen calls, for a lazy grammar that <tool_call> triggers.
+sub _hermes_grammar {
+    my ($tools) = @_;
+    my $call = Lugh::Grammar->from_json_schema(_call_schema($tools))->text;
+    $call =~ s/^root ::=/tool-call-json ::=/m;
+    return qq(root ::= tool-call ([ \\t\\n]* tool-call)*\n)
+        . qq(tool-call ::= "<tool_call>" [ \\t\\n]* tool-call-json [ \\t\\n]* "</tool_call>"\n$call);
 }
 
 # One-shot: a reply to a list of messages, without keeping a conversation.
@@ -474,7 +487,10 @@ for a JSON reply, C<{"tool_call": {"name": ..., "arguments": ...}}>,
 C<{"tool_calls": [...]}> or C<{"response": "..."}>; unless the turn has a
 C<grammar>, C<json_schema> or C<response_format> of its own, the reply is
 constrained to a call of one of the tools or a response, as llama.cpp
-constrains it (the tools' C<parameters> schemas become grammar rules).
+constrains it (the tools' C<parameters> schemas become grammar rules). A
+Hermes/Qwen chat is constrained lazily: once the model writes
+C<< <tool_call> >>, the rest is a well-formed call of one of the tools (see
+L<Lugh::Inference/Grammars>, C<grammar_trigger>).
 
 The reply is read as llama.cpp reads it, in the family its template's text
 names (see L<Lugh::Chat::Reply/tool_format>): Hermes/Qwen

@@ -681,6 +681,15 @@ ones (same options and seed, same CPU kernel family). A grammar object is
 parsed once and can serve any number of calls; GBNF text is parsed at every
 call. A syntax error croaks naming its line and column.
 
+    my @lazy = $inference->generate(\@prompt, max_tokens => 64,
+        grammar => 'root ::= "<tool_call>" [ \n]* "{" [^}]* "}" [ \n]* "</tool_call>"', grammar_trigger => '<tool_call>');
+
+With C<< grammar_trigger => $text >> the grammar is lazy, as llama.cpp's
+tool-call grammars are: the text is free until C<$text> is generated, and
+from there on the grammar constrains it, starting at C<$text> (the grammar
+must begin with it; a piece that carries on past it in a way the grammar
+refuses croaks). L<Lugh::Chat> uses it for Hermes/Qwen tool calls.
+
 =head3 JSON schemas and response_format
 
     my $schema = { type => 'object', required => ['name', 'age'],
