@@ -193,6 +193,8 @@ subtest 'hostile tools and callbacks' => sub {
     croaks_like(sub { $chat->add_message(tool => 'x', tool_calls => 'y') }, qr/tool_calls must be an array reference/, 'add_message tool_calls');
     is(scalar(my @none = $chat->messages), 0, 'no turn was added');
 
+    my $none = Lugh::Chat->new(%base, tools => []);
+    ok(defined $none->ask('hi'), 'an empty tools list: a plain turn');
     my $forced = Lugh::Chat->new(%base, template => "$template<think>\n", max_tokens => 3);
     eval { $forced->ask('hi', on_reasoning => sub { die "reasoning died\n" }) };
     is($@, "reasoning died\n", 'a dying on_reasoning: the exception propagates');

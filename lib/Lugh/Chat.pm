@@ -248,6 +248,7 @@ sub _reply {
     $generate{max_tokens} //= 512;
     my $tools = $opt->{tools} // $self->{tools};
     _check_tools($method, $opt->{tools}, $self->{prompt});
+    $tools = undef if $tools && !@$tools;    # no tools: a plain turn
     local $self->{turn_tools} = $tools;
     my $tokens = $self->_fitting_prompt($method, $generate{max_tokens});
     my $format = $tools ? Lugh::Chat::Reply->tool_format($self->{prompt}->template) : undef;
@@ -307,7 +308,7 @@ sub _tokens {
     my ($self) = @_;
     # A fixed format writes its BOS text by default; the tokenizer's rule decides here.
     my @fixed = defined $self->{prompt}->template ? () : (add_bos => 0);
-    my $tools = $self->{turn_tools} // $self->{tools};
+    my $tools = $self->{turn_tools};
     my @messages = @{ $self->{messages} };
     my @tools;
     if ($tools) {
