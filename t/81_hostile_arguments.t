@@ -85,7 +85,7 @@ my $adapter = "$dir/peft/adapter_model.safetensors";
 
 # The objects the calls use, made afresh for each method and freed after it,
 # so that anything a call leaves alive shows in the counts.
-our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched, $grammar);
+our ($model, $inf, $tok, $cache, $pool, $logits, $chat, $prompt, $dec, $lora, $tlora, $rope, $spec, $tctx, $tensor, $t3, $tids, $tgraph, $ag, $agw, $opt, $sched, $grammar, $stream);
 my $saved = "$dir/saved.kv";
 sub make_fixtures {
     $model  = Lugh::Model->new(model => $path);
@@ -97,6 +97,7 @@ sub make_fixtures {
     $logits = $inf->forward([ 1, 2, 3 ], as_object => 1);
     $chat   = Lugh::Chat->new(inference => $inf, format => 'chatml', max_tokens => 2, greedy => 1);
     $prompt = Lugh::Prompt->new(format => 'chatml');
+    $stream = Lugh::Chat::Reply->stream(tool_format => 'hermes', on_content => sub {0}, on_reasoning => sub {0});
     $dec    = $tok->decoder;
     $lora   = Lugh::LoRA->new(adapter => $adapter, model => $model);
     $tlora  = Lugh::LoRA->create(model => $model, rank => 2, seed => 1);
@@ -185,9 +186,10 @@ my %CALLS = (
     'Lugh::Inference::sample_top_p' => sub { ($inf, $logits, top_p => 0.9, seed => 1) },
     'Lugh::Inference::generate'    => sub {
         ($inf, [ 1, 2, 3 ], @gen, stop => ['x'], callback => sub {0}, on_text => sub {0}, stats => {}, lora => $lora,
-            rope => $rope, json_schema => { type => 'string' })
+            rope => $rope, json_schema => { type => 'string' }, grammar_trigger => '"')
     },
-    'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2) },
+    'Lugh::Inference::chat'        => sub { ($inf, messages => [$msg], format => 'chatml', max_tokens => 2,
+        on_reasoning => sub {0}, stats => {}) },
     'Lugh::Inference::profile'     => sub { ($inf, reset => 0) },
     'Lugh::Inference::devices'     => sub { ($inf) },
     'Lugh::Inference::logprobs'    => sub { ($inf, [ 1, 2, 3 ], top => 2, parse_special => 0) },
@@ -273,14 +275,23 @@ my %CALLS = (
         qw(attn_factor beta_fast beta_slow ext_factor freq_base freq_scale n_ctx_orig scaling_type scaling_type_name
         target_ctx)),
 
-    'Lugh::Chat::new'              => sub { ('Lugh::Chat', inference => $inf, format => 'chatml', max_tokens => 2) },
-    'Lugh::Chat::ask'              => sub { ($chat, 'hi', max_tokens => 2, callback => sub {0}) },
+    'Lugh::Chat::new'              => sub { ('Lugh::Chat', inference => $inf, template => '{{ messages[0].content }}',
+        max_tokens => 2, tools => [ { type => 'function', function => { name => 'f', parameters => { type => 'object' } } } ]) },
+    'Lugh::Chat::ask'              => sub { ($chat, 'hi', max_tokens => 2, callback => sub {0}, on_reasoning => sub {0}) },
     'Lugh::Chat::say'              => sub { ($chat, 'hi', max_tokens => 2) },
-    'Lugh::Chat::add_message'      => sub { ($chat, user => 'hi') },
+    'Lugh::Chat::add_message'      => sub { ($chat, tool => { temperature => 21 }, tool_call_id => 'call_0') },
     'Lugh::Chat::system'           => sub { ($chat, 'Be brief.') },
     'Lugh::Chat::messages'         => sub { ($chat, [$msg]) },
     (map { my $m = $_; ("Lugh::Chat::$m" => sub { ($chat) }) }
-        qw(cache finish_reason inference prompt reset stats tokenizer)),
+        qw(cache finish_reason inference prompt reasoning reset stats tokenizer tool_calls)),
+    'Lugh::Chat::Reply::tool_format'  => sub { ('Lugh::Chat::Reply', '<tool_call>') },
+    'Lugh::Chat::Reply::tool_formats' => sub { ('Lugh::Chat::Reply') },
+    'Lugh::Chat::Reply::parse'        => sub { ('Lugh::Chat::Reply', '<think>a</think>{"name": "f", "arguments": {}}',
+        tool_format => 'hermes', thinking => 0, first_id => 1) },
+    'Lugh::Chat::Reply::stream'       => sub { ('Lugh::Chat::Reply', tool_format => 'llama3', thinking => 1,
+        on_content => sub {0}, on_reasoning => sub {0}) },
+    'Lugh::Chat::Reply::add'          => sub { ($stream, '<think>x</think>y') },
+    'Lugh::Chat::Reply::finish'       => sub { ($stream, { content => 'y', reasoning_content => 'x', tool_calls => [] }) },
 
     'Lugh::Grammar::new'           => sub { ('Lugh::Grammar', 'start ::= "x"', root => 'start') },
     'Lugh::Grammar::from_file'     => sub { ('Lugh::Grammar', 't/data/grammars/choice.gbnf', root => 'root') },

@@ -6,6 +6,8 @@ use warnings;
 # The XS subs live in Lugh.so, which Lugh.pm loads (with every package), so
 # that `use Lugh::Model;` alone works too.
 require Lugh;
+require Lugh::Chat::Reply;
+use JSON::PP ();
 use Scalar::Util ();
 
 our $VERSION = '0.20';
@@ -17,10 +19,10 @@ my @GENERATE_OPTIONS = Lugh::Inference::_generate_tuning_options();
 my %NEW_DEFAULTS = (
     inference => undef, tokenizer => undef, system => undef,
     prompt    => undef, template  => undef, format => undef,
-    overflow  => 'error', max_tokens => 512,
+    overflow  => 'error', max_tokens => 512, tools => undef,
     (map { $_ => undef } grep { $_ ne 'max_tokens' } @GENERATE_OPTIONS),
 );
-my %TURN_DEFAULTS = (callback => undef, (map { $_ => undef } @GENERATE_OPTIONS));
+my %TURN_DEFAULTS = (callback => undef, on_reasoning => undef, tools => undef, (map { $_ => undef } @GENERATE_OPTIONS));
 my %OVERFLOW = map { $_ => 1 } qw(error drop_oldest);
 
 sub new {
@@ -33,6 +35,7 @@ sub new {
         unless defined $opt{overflow} && $OVERFLOW{ $opt{overflow} };
     my $model = $inference->model;
     my $prompt = _prompt_from(\%opt, $model);
+    _check_tools('Lugh::Chat->new', $opt{tools}, $prompt);
     my $tokenizer = $opt{tokenizer} // Lugh::Tokenizer->new(model => $model);
     my %generate = map { defined $opt{$_} ? ($_ => $opt{$_}) : () } @GENERATE_OPTIONS;
     my $self = bless {
@@ -41,7 +44,9 @@ sub new {
         prompt    => $prompt,
         overflow  => $opt{overflow},
         generate  => \%generate,
+        tools     => $opt{tools},
         messages  => [],
+        n_tool_calls => 0,    # numbers the calls the model gives no id
         cache     => undef,    # made at the first turn
         stats     => undef,
     }, $class;
@@ -76,6 +81,56 @@ sub stats {
     return $self->{stats} ? { %{ $self->{stats} } } : undef;
 }
 
+# The last reply's tool calls and reasoning.
+sub tool_calls {
+    my ($self) = @_;
+    Lugh::_croak('Usage: $chat->tool_calls') unless @_ == 1;
+    my @calls = map { _copy_call($_) } @{ $self->{stats} ? $self->{stats}{tool_calls} : [] };
+    return wantarray ? @calls : \@calls;
+}
+
+sub _copy_call {
+    my ($call) = @_;
+    return { %$call, function => { %{ $call->{function} } } };
+}
+
+sub reasoning {
+    my ($self) = @_;
+    Lugh::_croak('Usage: $chat->reasoning') unless @_ == 1;
+    return $self->{stats} ? $self->{stats}{reasoning_content} : undef;
+}
+
+# Tools as OpenAI's API takes them: [ { type => 'function', function =>
+# { name, description, parameters } }, ... ]. Only a Jinja template can
+# describe them, as llama.cpp takes tools only with --jinja.
+sub _check_tools {
+    my ($method, $tools, $prompt) = @_;
+    return unless defined $tools;
+    my $shape = q(tools must be an array reference of { type => 'function', function => { name => ..., parameters => {...} } });
+    Lugh::_croak("$method: $shape") unless ref $tools eq 'ARRAY';
+    for my $i (0 .. $#$tools) {
+        my $tool = $tools->[$i];
+        Lugh::_croak("$method: tools->[$i] must be a hash reference; $shape") unless ref $tool eq 'HASH';
+        Lugh::_croak("$method: tools->[$i]{type} must be 'function'")
+            if defined $tool->{type} && (ref $tool->{type} || $tool->{type} ne 'function');
+        my $function = $tool->{function};
+        Lugh::_croak("$method: tools->[$i]{function} must be a hash reference with the tool's name")
+            unless ref $function eq 'HASH';
+        my $name = $function->{name};
+        Lugh::_croak("$method: tools->[$i]{function}{name} is missing (a non-empty string)")
+            unless defined $name && !ref $name && length $name;
+        Lugh::_croak("$method: tools->[$i]{function}{parameters} of '$name' must be a hash reference (a JSON schema)")
+            if defined $function->{parameters} && ref $function->{parameters} ne 'HASH';
+        Lugh::_croak("$method: tools->[$i]{function}{description} of '$name' must be a string")
+            if defined $function->{description} && ref $function->{description};
+    }
+    return unless $prompt;
+    Lugh::_croak("$method: tools need a Jinja chat template (the model's own, or template => ...); the fixed format '"
+            . $prompt->format_name . "' cannot describe tools")
+        unless defined $prompt->template;
+    return;
+}
+
 sub finish_reason {
     my ($self) = @_;
     return $self->{stats} ? $self->{stats}{stop_reason} : undef;
@@ -105,9 +160,18 @@ sub messages {
     return wantarray ? @messages : \@messages;
 }
 
+my $JSON = JSON::PP->new->canonical->allow_nonref->allow_blessed->convert_blessed;
+
 sub add_message {
-    my ($self, $role, $content) = @_;
-    push @{ $self->{messages} }, _message({ role => $role, content => $content }, 'Lugh::Chat->add_message');
+    my ($self, $role, $content, @extra) = @_;
+    my $method = 'Lugh::Chat->add_message';
+    my %extra = Lugh::_options($method, { tool_call_id => undef, name => undef, tool_calls => undef }, @extra);
+    # a tool's result may be a structure: the template gets its JSON text
+    $content = $JSON->encode($content) if defined $role && !ref $role && $role eq 'tool' && ref $content;
+    Lugh::_croak("$method: tool_calls must be an array reference")
+        if defined $extra{tool_calls} && ref $extra{tool_calls} ne 'ARRAY';
+    my %message = (role => $role, content => $content, map { defined $extra{$_} ? ($_ => $extra{$_}) : () } keys %extra);
+    push @{ $self->{messages} }, _message(\%message, $method);
     return $self;
 }
 
@@ -157,8 +221,24 @@ sub _turn {
         pop @{ $self->{messages} };    # the turn did not happen
         die $error;
     }
-    push @{ $self->{messages} }, { role => 'assistant', content => $reply };
+    push @{ $self->{messages} }, $self->_assistant_message;
     return $reply;
+}
+
+# The reply as the history keeps it: the template renders its tool calls
+# (arguments as a structure, as templates expect) and reasoning next turn.
+sub _assistant_message {
+    my ($self) = @_;
+    my $stats = $self->{stats};
+    my %message = (role => 'assistant', content => $stats->{content});
+    $message{reasoning_content} = $stats->{reasoning_content} if defined $stats->{reasoning_content};
+    if (my @calls = @{ $stats->{tool_calls} }) {
+        $message{tool_calls} = [ map {
+            { id => $_->{id}, type => 'function',
+              function => { name => $_->{function}{name}, arguments => $_->{function}{arguments} } }
+        } @calls ];
+    }
+    return \%message;
 }
 
 # Generates the assistant's next message for the conversation as it stands.
@@ -166,15 +246,36 @@ sub _reply {
     my ($self, $method, $opt) = @_;
     my %generate = (%{ $self->{generate} }, map { defined $opt->{$_} ? ($_ => $opt->{$_}) : () } @GENERATE_OPTIONS);
     $generate{max_tokens} //= 512;
+    my $tools = $opt->{tools} // $self->{tools};
+    _check_tools($method, $opt->{tools}, $self->{prompt});
+    $tools = undef if $tools && !@$tools;    # no tools: a plain turn
+    local $self->{turn_tools} = $tools;
     my $tokens = $self->_fitting_prompt($method, $generate{max_tokens});
-    my $callback = $opt->{callback};
-    $generate{on_text} = $callback if defined $callback;
+    my $format = $tools ? Lugh::Chat::Reply->tool_format($self->{prompt}->template) : undef;
+    # llama.cpp's generic form constrains the whole reply to its JSON
+    # and a Hermes call once <tool_call> opens it (lazily, as llama.cpp)
+    if (defined $format && !grep { defined $generate{$_} } qw(grammar json_schema response_format)) {
+        $generate{json_schema} = _generic_schema($tools) if $format eq 'generic';
+        @generate{qw(grammar grammar_trigger)} = (_hermes_grammar($tools), '<tool_call>') if $format eq 'hermes';
+    }
+    my %reading = (tool_format => $format, thinking => $self->{thinking_open} ? 1 : 0);
+    my $stream;
+    if (defined $opt->{callback} || defined $opt->{on_reasoning}) {
+        for my $name (qw(callback on_reasoning)) {
+            Lugh::_croak("$method: $name must be a code reference") if defined $opt->{$name} && ref $opt->{$name} ne 'CODE';
+        }
+        $stream = Lugh::Chat::Reply->stream(%reading, on_content => $opt->{callback}, on_reasoning => $opt->{on_reasoning});
+        $generate{on_text} = sub { $stream->add($_[0]) };
+    }
     # A one-shot reply needs no cache of its own: generate's scratch cache
     # is reused across calls.
     my $cache = $self->{one_shot} ? undef : $self->cache;
     $self->{inference}->generate($tokens, %generate, cache => $cache, stats => \my %stats);
-    $self->{stats} = \%stats;
-    return $stats{text};
+    my $reply = Lugh::Chat::Reply->parse($stats{text}, %reading, first_id => $self->{n_tool_calls});
+    $self->{n_tool_calls} += @{ $reply->{tool_calls} };
+    $self->{stats} = { %stats, %$reply };
+    $stream->finish($reply) if $stream;
+    return $reply->{content};
 }
 
 # The rendered conversation's tokens, after dropping the oldest turns if the
@@ -207,7 +308,17 @@ sub _tokens {
     my ($self) = @_;
     # A fixed format writes its BOS text by default; the tokenizer's rule decides here.
     my @fixed = defined $self->{prompt}->template ? () : (add_bos => 0);
-    my $text = $self->{prompt}->apply(@{ $self->{messages} }, add_generation_prompt => 1, @fixed);
+    my $tools = $self->{turn_tools};
+    my @messages = @{ $self->{messages} };
+    my @tools;
+    if ($tools) {
+        @tools = (tools => $tools);
+        @messages = _describe_tools(\@messages, $tools)
+            if Lugh::Chat::Reply->tool_format($self->{prompt}->template) eq 'generic';
+    }
+    my $text = $self->{prompt}->apply(@messages, add_generation_prompt => 1, @fixed, @tools);
+    # a template that opens <think> itself: the reply starts inside it
+    $self->{thinking_open} = $text =~ /<think>\s*\z/ ? 1 : 0;
     my $tokenizer = $self->{tokenizer};
     my @ids = $tokenizer->encode($text, parse_special => 1, add_special => 0);
     # Templates write the BOS token themselves when the model wants one; add
@@ -217,20 +328,68 @@ sub _tokens {
     return \@ids;
 }
 
+# llama.cpp's generic form: a template that knows no tool markup is told in
+# the system message which tools there are and how to answer in JSON.
+sub _describe_tools {
+    my ($messages, $tools) = @_;
+    my $text = 'You can call any of the following tools to satisfy the user\'s requests: '
+        . JSON::PP->new->canonical->pretty->encode($tools)
+        . "\nRespond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to"
+        . " the user's request, as {\"tool_call\": {\"name\": \"...\", \"arguments\": {...}}},"
+        . ' {"tool_calls": [...]} or {"response": "..."}';
+    my @list = map { {%$_} } @$messages;
+    if (@list && $list[0]{role} eq 'system') { $list[0]{content} .= "\n\n$text" }
+    else                                     { unshift @list, { role => 'system', content => $text } }
+    return @list;
+}
+
+# The JSON schema (as text: the name comes before the arguments, as models
+# write it) of a call of one of the tools.
+sub _call_schema {
+    my ($tools) = @_;
+    my @calls = map {
+        my $function = $_->{function};
+        sprintf '{"type":"object","properties":{"name":{"const":%s},"arguments":%s},"required":["name","arguments"]}',
+            $JSON->encode($function->{name}), $JSON->encode($function->{parameters} // { type => 'object' });
+    } @$tools;
+    return '{"anyOf":[' . join(',', @calls) . ']}';
+}
+
+# The JSON a generic reply may be: one call of a given tool, or a response.
+sub _generic_schema {
+    my ($tools) = @_;
+    return '{"anyOf":[{"type":"object","properties":{"tool_call":' . _call_schema($tools) . '},"required":["tool_call"]},'
+        . '{"type":"object","properties":{"response":{"type":"string"}},"required":["response"]}]}';
+}
+
+# Hermes/Qwen calls, for a lazy grammar that <tool_call> triggers.
+sub _hermes_grammar {
+    my ($tools) = @_;
+    my $call = Lugh::Grammar->from_json_schema(_call_schema($tools))->text;
+    $call =~ s/^root ::=/tool-call-json ::=/m;
+    return qq(root ::= tool-call ([ \\t\\n]* tool-call)*\n)
+        . qq(tool-call ::= "<tool_call>" [ \\t\\n]* tool-call-json [ \\t\\n]* "</tool_call>"\n$call);
+}
+
 # One-shot: a reply to a list of messages, without keeping a conversation.
 sub _one_shot {
     my ($class, $inference, @args) = @_;
     my $method = 'Lugh::Inference->chat';
-    my %opt = Lugh::_options($method, { %NEW_DEFAULTS, %TURN_DEFAULTS, messages => undef }, @args);
+    my %opt = Lugh::_options($method, { %NEW_DEFAULTS, %TURN_DEFAULTS, messages => undef, stats => undef }, @args);
     Lugh::_croak("$method: missing messages => [...] (hash references with role and content)")
         unless ref $opt{messages} eq 'ARRAY' && @{ $opt{messages} };
     Lugh::_croak("$method: give the inference object as the invocant, not as an option") if defined $opt{inference};
-    my %turn = map { $_ => delete $opt{$_} } grep { $_ ne 'max_tokens' } keys %TURN_DEFAULTS;
+    my %turn = map { $_ => delete $opt{$_} } grep { $_ ne 'max_tokens' && $_ ne 'tools' } keys %TURN_DEFAULTS;
     my $messages = delete $opt{messages};
+    my $stats = delete $opt{stats};
+    _check_tools($method, $opt{tools});
+    Lugh::_croak("$method: stats must be a hash reference") if defined $stats && ref $stats ne 'HASH';
     my $chat = $class->new(%opt, inference => $inference);
     $chat->{one_shot} = 1;
     $chat->messages([ $chat->messages, @$messages ]);
-    return $chat->_reply($method, \%turn);
+    my $reply = $chat->_reply($method, \%turn);
+    %$stats = %{ $chat->{stats} } if $stats;
+    return $reply;
 }
 
 # Objects hold native state that must not be copied into a new thread.
@@ -300,6 +459,65 @@ L<Lugh::Inference/JSON schemas and response_format>):
         schema => { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] } });
     my $reply = JSON::PP->new->decode($chat->ask('Where is the Eiffel tower?'));
 
+=head2 Tools and reasoning
+
+    my $weather = { type => 'function', function => {
+        name        => 'get_weather',
+        description => 'The current weather in a city',
+        parameters  => { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] },
+    } };
+    my $agent = Lugh::Chat->new(inference => $inference, tools => [$weather], greedy => 1);
+    my $answer = $agent->ask('What is the weather in Paris?');
+    for my $call ($agent->tool_calls) {
+        my $f = $call->{function};       # { name, arguments (a Perl structure), arguments_json }
+        my $result = { city => $f->{arguments}{city}, temperature => 21 };   # run the tool here
+        $agent->add_message(tool => $result, tool_call_id => $call->{id});
+    }
+    $answer = $agent->ask('Thanks. So, what is it like?') if $agent->tool_calls;
+    print defined $agent->reasoning ? "thought: " . $agent->reasoning . "\n" : "no reasoning\n";
+
+C<tools> (given to C<new> for every turn, or to C<ask>/C<say> for one)
+are OpenAI's: a list of C<< { type => 'function', function => { name,
+description, parameters } } >>, C<parameters> a JSON schema. The chat
+template gets them as its C<tools> variable, so a template that knows tools
+(Qwen 2.5, Hermes, Llama 3.1, Mistral Nemo...) describes them to the model
+its own way. As in llama.cpp, only a Jinja template can: a chat with a fixed
+C<format> croaks when given tools. A template with no tool markup of its own
+gets llama.cpp's generic form: the system message lists the tools and asks
+for a JSON reply, C<{"tool_call": {"name": ..., "arguments": ...}}>,
+C<{"tool_calls": [...]}> or C<{"response": "..."}>; unless the turn has a
+C<grammar>, C<json_schema> or C<response_format> of its own, the reply is
+constrained to a call of one of the tools or a response, as llama.cpp
+constrains it (the tools' C<parameters> schemas become grammar rules). A
+Hermes/Qwen chat is constrained lazily: once the model writes
+C<< <tool_call> >>, the rest is a well-formed call of one of the tools (see
+L<Lugh::Inference/Grammars>, C<grammar_trigger>).
+
+The reply is read as llama.cpp reads it, in the family its template's text
+names (see L<Lugh::Chat::Reply/tool_format>): Hermes/Qwen
+C<< <tool_call> >>, Llama 3.x JSON and C<< <|python_tag|> >>, Mistral
+C<[TOOL_CALLS]>, or the generic JSON. C<ask> then returns the content only
+(the text outside the calls), and C<tool_calls> the calls, each
+
+    { id => 'call_0', type => 'function',
+      function => { name => 'get_weather', arguments => { city => 'Paris' },
+                    arguments_json => '{"city":"Paris"}' } }
+
+A call the model gives no id gets C<call_N>, N counting the chat's calls
+from 0: reproducible, where llama.cpp's ids are random. The assistant
+message the history keeps carries the C<tool_calls> (arguments as a
+structure, which templates render), and C<< add_message(tool => $result,
+tool_call_id => $id) >> adds the tool's result (a structure is sent as its
+JSON text) for the next turn.
+
+Reasoning between C<< <think> >> and C<< </think> >> at the start of a reply
+(or from the start, when the template's prompt already opened
+C<< <think> >>) is taken out of the reply: C<reasoning> returns it. While
+streaming, the C<callback> gets the content only, and C<on_reasoning> the
+reasoning, in pieces that hold no part of a tag; with tools, the content
+stops at the first tool-call markup. C<stats> has C<content>,
+C<reasoning_content>, C<tool_calls> and the raw C<text> too.
+
 =head1 CONSTRUCTOR
 
 =head2 new
@@ -313,6 +531,7 @@ L<Lugh::Inference/JSON schemas and response_format>):
         max_tokens => 512,              # per reply
         stop       => ["\n\nUser:"],
         greedy     => 1,                # and any sampling option of generate()
+        tools      => [ { type => 'function', function => { name => 'now' } } ],   # see Tools and reasoning
     );
 
 C<tokenizer> may be given; by default one is made from the model. Sampling
@@ -331,8 +550,15 @@ override them for one turn.
     });
 
 Adds the user's message, generates the assistant's reply, adds it to the
-conversation and returns its text. If generation croaks (or the callback
+conversation and returns its text (its content: without reasoning and tool
+calls, see L</Tools and reasoning>). If generation croaks (or a callback
 dies), the user's message is taken back and the conversation is as before.
+
+    my $reply = $chat->ask('Why is the sky blue?',
+        on_reasoning => sub { print STDERR $_[0] },   # the <think> text, as it comes
+        tools        => [ { type => 'function', function => { name => 'search',
+                            parameters => { type => 'object', properties => { q => { type => 'string' } } } } } ],
+    );
 
 =head2 say
 
@@ -353,8 +579,24 @@ still matches).
 =head2 add_message
 
     $chat->add_message(user => 'Here is some context.');
+    $chat->add_message(tool => { temperature => 21 }, tool_call_id => 'call_0');
 
-Appends one message without generating.
+Appends one message without generating. After the role and the content it
+takes C<tool_call_id>, C<name> and C<tool_calls> (an array reference), for
+the messages of tool calls; a C<tool> message's content may be a structure,
+which the template gets as JSON text.
+
+=head2 tool_calls
+
+    my @calls = $chat->tool_calls;      # copies; an array reference in scalar context
+    print scalar(@calls), " tool calls\n";
+
+The tool calls of the last reply (see L</Tools and reasoning>): an empty
+list when it made none, or before the first turn.
+
+=head2 reasoning
+
+    my $thought = $chat->reasoning;     # the last reply's <think> text, or undef
 
 =head2 system
 
@@ -396,6 +638,6 @@ The objects the chat works with.
 
 =head1 SEE ALSO
 
-L<Lugh::Prompt>, L<Lugh::Inference/chat>, L<Lugh::Inference/generate>
+L<Lugh::Prompt>, L<Lugh::Chat::Reply>, L<Lugh::Inference/chat>, L<Lugh::Inference/generate>
 
 =cut

@@ -681,6 +681,15 @@ ones (same options and seed, same CPU kernel family). A grammar object is
 parsed once and can serve any number of calls; GBNF text is parsed at every
 call. A syntax error croaks naming its line and column.
 
+    my @lazy = $inference->generate(\@prompt, max_tokens => 64,
+        grammar => 'root ::= "<tool_call>" [ \n]* "{" [^}]* "}" [ \n]* "</tool_call>"', grammar_trigger => '<tool_call>');
+
+With C<< grammar_trigger => $text >> the grammar is lazy, as llama.cpp's
+tool-call grammars are: the text is free until C<$text> is generated, and
+from there on the grammar constrains it, starting at C<$text> (the grammar
+must begin with it; a piece that carries on past it in a way the grammar
+refuses croaks). L<Lugh::Chat> uses it for Hermes/Qwen tool calls.
+
 =head3 JSON schemas and response_format
 
     my $schema = { type => 'object', required => ['name', 'age'],
@@ -757,6 +766,20 @@ C<template>, C<format> or C<prompt>, as in L<Lugh::Chat/new>); the reply text
 ends before the end-of-turn token. It takes every option of
 L<Lugh::Chat/new> and L<Lugh::Chat/ask>. For a conversation that goes on,
 L<Lugh::Chat> reuses the KV cache between turns.
+
+With C<tools> (see L<Lugh::Chat/Tools and reasoning>) it returns the
+reply's content; C<< stats => \%stats >> fills C<%stats> with generate's
+statistics and the reading of the reply: C<tool_calls>, C<content>,
+C<reasoning_content> and the raw C<text>.
+
+    my %stats;
+    my $reply = $inference->chat(
+        messages => [ { role => 'user', content => 'What time is it?' } ],
+        tools    => [ { type => 'function', function => { name => 'now', description => 'The current time' } } ],
+        stats    => \%stats, greedy => 1,
+    );
+    print "call: $_->{function}{name}\n" for @{ $stats{tool_calls} };
+    print ref $stats{tool_calls}, "\n";    # ARRAY
 
 =head1 SCORING AND EMBEDDINGS
 

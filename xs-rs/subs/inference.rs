@@ -226,6 +226,9 @@ const GENERATE_OPTIONS: &[Opt<GenerateArgs>] = &[
         let grammar = json_schema_arg(perl, sv)?;
         set_constraint(a, "json_schema", Some(grammar))
     }),
+    Opt::new("grammar_trigger", |perl, sv, a| {
+        set(&mut a.options.grammar_trigger, perl.string_arg(sv, "grammar_trigger").map(Some))
+    }),
     Opt::new("response_format", |perl, sv, a| {
         let grammar = response_format_arg(perl, sv)?;
         set_constraint(a, "response_format", grammar)

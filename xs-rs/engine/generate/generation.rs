@@ -11,7 +11,7 @@
 //! [`Vocab`] are the real implementations, and the tests use fakes.
 use crate::engine::forward::profile::Phase;
 use crate::engine::forward::runner::{ComputePool, KvCache, Overrides, Runner};
-use crate::engine::generate::grammar::{self, Grammar, GrammarState};
+use crate::engine::generate::grammar::{self, Grammar, GrammarState, LazyGrammar};
 use crate::engine::generate::logits::{log_softmax_into, top_k};
 use crate::engine::generate::sampler::{Sampler, SamplerOptions};
 use crate::engine::generate::text_stream::TextStream;
@@ -129,6 +129,9 @@ pub struct GenerateOptions {
     pub overrides: Overrides,
     /// Only text this grammar allows is generated ([`grammar::sample`]).
     pub grammar: Option<Arc<Grammar>>,
+    /// The grammar constrains only from the first time this text is
+    /// generated, starting at it ([`grammar::LazyGrammar`]).
+    pub grammar_trigger: Option<String>,
 }
 
 impl Default for GenerateOptions {
@@ -142,6 +145,7 @@ impl Default for GenerateOptions {
             logprobs: None,
             overrides: Overrides::NONE,
             grammar: None,
+            grammar_trigger: None,
         }
     }
 }
@@ -255,10 +259,15 @@ pub fn generate<E: From<Error>>(
     };
     let mut stream = TextStream::new(&options.stop);
     let mut log_probs = Vec::new();
-    let mut constraint = match (&options.grammar, tokens) {
-        (Some(g), Some(t)) => Some((GrammarState::new(g.bind(|text| t.tokenize_special(text))?)?, t)),
-        _ => None,
-    };
+    let mut constraint = None;
+    let mut waiting = None;
+    if let (Some(g), Some(t)) = (&options.grammar, tokens) {
+        let bound = g.bind(|text| t.tokenize_special(text))?;
+        match &options.grammar_trigger {
+            Some(trigger) => waiting = Some((LazyGrammar::new(bound, trigger)?, t)),
+            None => constraint = Some((GrammarState::new(bound)?, t)),
+        }
+    }
     let mut masked = Vec::new();
 
     let started = Instant::now();
@@ -295,6 +304,11 @@ pub fn generate<E: From<Error>>(
         };
         if let Some((state, t)) = &mut constraint {
             state.accept(id, *t)?;
+        } else if let Some((lazy, t)) = &mut waiting {
+            if let Some(state) = lazy.observe(t.special_piece(id)?)? {
+                constraint = Some((state, *t));
+                waiting = None;
+            }
         }
         source.record(Phase::Sample, sampled.elapsed());
         if is_eog(id) {
@@ -364,6 +378,9 @@ fn check(
     options.sampler.validate()?;
     if options.stop.iter().any(String::is_empty) {
         return Err(Error::Argument("stop strings must not be empty".into()));
+    }
+    if options.grammar_trigger.is_some() && options.grammar.is_none() {
+        return Err(Error::Argument("grammar_trigger needs a grammar (or json_schema) to trigger".into()));
     }
     if tokens.is_none() && options.grammar.is_some() {
         return Err(Error::Argument("a grammar needs the model's vocabulary, and this model has none".into()));

@@ -16,11 +16,13 @@
 //! would make it hang or run out of memory): `{m,n}` counts up to
 //! [`parser::MAX_REPETITIONS`], [`parser::MAX_NESTING`] nested groups,
 //! [`parser::MAX_ELEMENTS`] elements, [`MAX_STACKS`] parse stacks at once.
+mod lazy;
 mod matcher;
 pub mod parser;
 #[cfg(test)]
 mod tests;
 
+pub use lazy::LazyGrammar;
 pub use matcher::GrammarState;
 
 use crate::engine::generate::generation::TokenText;
