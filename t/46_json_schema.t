@@ -191,7 +191,9 @@ SKIP: {
             response_format => { type => 'json_schema', json_schema => { name => 'x', schema => $schema } })),
             "@a", "response_format json_schema (OpenAI's form)");
         $inference->generate($prompt, @gen, response_format => { type => 'json_object' }, stats => \%s);
-        ok(defined eval { $JSON->decode($s{text}) }, "json_object alone: any JSON value ($s{text})");
+        ok($s{stop_reason} eq 'eos' ? defined eval { $JSON->decode($s{text}) }
+            : Lugh::Grammar->from_json_schema({})->accepts_prefix($s{text}),
+            "json_object alone: any JSON value, or the start of one ($s{stop_reason}): $s{text}");
         my @free = $inference->generate($prompt, @gen);
         is(join(' ', $inference->generate($prompt, @gen, response_format => { type => 'text' })), "@free",
             'response_format text: no constraint');

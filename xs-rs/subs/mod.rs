@@ -3,6 +3,7 @@ use crate::glue::{self, ffi, Cv, Interp};
 
 mod autograd;
 mod context;
+mod generate_options;
 mod grammar;
 mod graph;
 mod inference;
