@@ -99,7 +99,7 @@ subtest 'generate' => sub {
     croaks_like(sub { $inference->generate([ 1, 50000 ]) }, qr/prompt has token id 50000 at position 1/,
         'prompt id out of range');
     croaks_like(sub { $inference->generate(\@prompt, max_tokns => 3) },
-        qr/unknown option 'max_tokns' \(valid options: cache, callback, eos_token, .*max_tokens/, 'unknown option');
+        qr/unknown option 'max_tokns' \(valid options: cache, callback, .*eos_token, .*max_tokens/, 'unknown option');
     croaks_like(sub { $inference->generate(\@prompt, max_tokens => -1) }, qr/max_tokens must be an integer >= 0/,
         'negative max_tokens');
     croaks_like(sub { $inference->generate(\@prompt, max_tokens => 600) },

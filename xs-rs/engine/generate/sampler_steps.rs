@@ -57,6 +57,10 @@ pub(crate) fn bucket_partial_sort(logits: &[f32], order: &mut Vec<usize>, nparti
     order.truncate(npartial);
 }
 
+/// The longest penalty window reserved up front (a longer one grows as the
+/// history does).
+const MAX_RESERVED_WINDOW: usize = 1 << 16;
+
 /// Repetition, presence and frequency penalties over the last `last_n`
 /// tokens of the history (llama.cpp's `penalties`): a repeated token's logit
 /// is multiplied by `repeat` when <= 0 and divided by it otherwise, then
@@ -74,9 +78,14 @@ impl Penalties {
         }
         let recent = &history[history.len().saturating_sub(o.penalty_last_n)..];
         self.sorted_history.clear();
+        self.counts.clear();
+        // room for the whole window at the first token (as llama.cpp's ring
+        // buffer), so that later tokens allocate nothing
+        let window = o.penalty_last_n.min(MAX_RESERVED_WINDOW);
+        self.sorted_history.reserve(window);
+        self.counts.reserve(window);
         self.sorted_history.extend_from_slice(recent);
         self.sorted_history.sort_unstable();
-        self.counts.clear();
         for &id in &self.sorted_history {
             match self.counts.last_mut() {
                 Some((last, n)) if *last == id => *n += 1,
