@@ -57,6 +57,22 @@ or another, into a session of the same model, C<n_ctx> and C<flash_attn>
 generating from the saved one would have given, without evaluating the
 conversation again.
 
+=head2 Recurrent models
+
+Qwen3.5 (C<qwen35>) has recurrent layers beside its attention layers: such a
+layer keeps no keys and values per position but one state of the whole
+sequence so far, as llama.cpp's hybrid memory does. The cache holds that
+state too (and saves and loads it), but a state cannot be cut back to an
+earlier position. So around every call that evaluates several tokens at
+once (a prompt, a speculative draft check) the cache keeps a copy of the
+states at its start and its end (at most 8 such checkpoints, the oldest
+going first), and it rolls back only to those positions, to 0, or to where
+it is. C<generate> with a prompt that shares only part of the cache goes
+back to the last checkpoint inside the shared part and evaluates the rest
+again; a speculative decoder that rejects drafted tokens goes back to the
+checkpoint before them and evaluates the accepted ones again. L</resize> to
+any other position croaks, naming the positions it can go back to.
+
 =head1 METHODS
 
 =head2 n_cached
@@ -98,7 +114,9 @@ Forgets every position (C<n_cached> becomes 0).
     $cache->resize($n);
 
 Rolls back to the first C<$n> positions; the next forward continues from
-position C<$n>. C<$n> must not exceed C<n_cached>.
+position C<$n>. C<$n> must not exceed C<n_cached>. With a recurrent model
+(L</Recurrent models>) C<$n> must be 0, C<n_cached> or a checkpoint's
+position.
 
 =head2 save
 

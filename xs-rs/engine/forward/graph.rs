@@ -12,10 +12,13 @@ use crate::engine::forward::kv_cache::KvCache;
 use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::ggml::ops::row_size;
 use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor};
+use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
 use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
 use crate::engine::model::rope::RopeSettings;
-use crate::engine::model::weights::{AttnWeights, Ffn, FfnWeights, LayerWeights, ModelWeights, MoeWeights, QkvWeights};
+use crate::engine::model::weights::{
+    AttnWeights, DeltaNetWeights, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights, QkvWeights,
+};
 use crate::engine::{Error, Result};
 use std::sync::Arc;
 
@@ -130,9 +133,15 @@ impl Blueprint<'_> {
         }
         g.expand(inp_l);
 
+        if self.differentiable && hp.has_recurrent() {
+            return Err(Error::Argument(format!(
+                "training is not supported for {}: ggml cannot differentiate its recurrent layers",
+                self.spec.name
+            )));
+        }
         for (il, layer) in w.layers.iter().enumerate() {
             // a training pass keeps every row (no selection to differentiate)
-            let last = il + 1 == w.layers.len() && !self.differentiable;
+            let last = il + 1 == w.layers.len() && !self.differentiable && !self.spec.outputs_after_norm;
             if self.spec.parallel_block {
                 let rows = last.then_some(out_ids);
                 inp_l = b.parallel_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
@@ -142,7 +151,10 @@ impl Blueprint<'_> {
                 Some(w) => b.norm_biased(inp_l, Some(w), layer.attn_norm_b, "attn_norm", Some(il)),
                 None => inp_l,
             };
-            let mut cur = b.attention(attn_in, &layer.attn, segments, seg_inputs, pos, il);
+            let mut cur = match &layer.mixer {
+                Mixer::Attention(attn) => b.attention(attn_in, attn, segments, seg_inputs, pos, il),
+                Mixer::DeltaNet(delta) => b.delta_net(attn_in, delta, segments, il)?,
+            };
             let mut residual = inp_l;
             if last {
                 // only the output rows go on past attention (llama.cpp's inp_out_ids)
@@ -182,7 +194,10 @@ impl Blueprint<'_> {
             inp_l = out;
         }
 
-        let cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
+        let mut cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
+        if self.spec.outputs_after_norm && !self.differentiable {
+            cur = g.get_rows(cur, out_ids);
+        }
         if self.head == Head::Hidden {
             cur.set_output();
             g.expand(cur);
@@ -347,6 +362,9 @@ impl Builder<'_, '_> {
             beta_fast: r.beta_fast,
             beta_slow: r.beta_slow,
         };
+        if self.bp.spec.rope == Rope::MultiInterleaved {
+            return self.g.rope_multi(x, pos, hp.rope_sections, &p);
+        }
         self.g.rope_ext(x, pos, self.bp.rope_factors, &p)
     }
 
@@ -366,7 +384,9 @@ impl Builder<'_, '_> {
         let n = self.n_tokens;
         let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
         let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
-        let (q_dim, k_dim, v_dim) = (hd_k * n_head, hd_k * n_head_kv, hd_v * n_head_kv);
+        // a gated attention's Q projection holds each head's query, then its gate
+        let hd_q = if spec.gated_attention { 2 * hd_k } else { hd_k };
+        let (q_dim, k_dim, v_dim) = (hd_q * n_head, hd_k * n_head_kv, hd_v * n_head_kv);
         let (mut q, mut k, v) = if spec.qk_norm == QkNorm::Whole {
             // OLMo 2: Q and K normed over the whole projection, then split
             // into heads (llama.cpp's build_qkv without reshape)
@@ -394,7 +414,7 @@ impl Builder<'_, '_> {
         } else {
             match w.qkv {
                 QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
-                    g.reshape_3d(self.linear(wq, bq, x), hd_k, n_head, n),
+                    g.reshape_3d(self.linear(wq, bq, x), hd_q, n_head, n),
                     g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
                     g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
                 ),
@@ -407,7 +427,7 @@ impl Builder<'_, '_> {
                     let (ty, nb1) = (qkv.type_id(), qkv.nb()[1]);
                     let own = |t: Tensor| if self.bp.differentiable { self.contiguous_grad(g.cont(t)) } else { t };
                     (
-                        own(g.view_3d(qkv, [hd_k, n_head, n], [row_size(ty, hd_k), nb1], 0)),
+                        own(g.view_3d(qkv, [hd_q, n_head, n], [row_size(ty, hd_q), nb1], 0)),
                         own(g.view_3d(qkv, [hd_k, n_head_kv, n], [row_size(ty, hd_k), nb1], row_size(ty, q_dim))),
                         own(g.view_3d(
                             qkv,
@@ -419,6 +439,14 @@ impl Builder<'_, '_> {
                 }
             }
         };
+        // Qwen3.5: each head's gate beside its query (llama.cpp's views of Qcur_full)
+        let gate = spec.gated_attention.then(|| {
+            let ty = q.type_id();
+            let nb = [q.nb()[1], q.nb()[2]];
+            let gate = g.view_3d(q, [hd_k, n_head, n], nb, row_size(ty, hd_k));
+            q = g.view_3d(q, [hd_k, n_head, n], nb, 0);
+            g.cont_2d(gate, hd_k * n_head, n)
+        });
         // per-head norms (required for PerHead rows, so present then)
         let per_head = matches!(spec.qk_norm, QkNorm::PerHead | QkNorm::EachHeadOptional);
         if let (true, Some(qn)) = (per_head, w.q_norm) {
@@ -474,9 +502,129 @@ impl Builder<'_, '_> {
             });
             first += ns;
         }
-        let cur = out.expect("at least one segment");
+        let mut cur = out.expect("at least one segment");
         name(cur, "kqv_out", Some(il));
+        if let Some(gate) = gate {
+            cur = g.mul(cur, g.sigmoid(gate));
+            name(cur, "attn_gated", Some(il));
+        }
         self.linear(w.wo, w.bo, cur)
+    }
+
+    /// A gated delta-net layer (llama.cpp's Qwen3.5 build_layer_attn_linear
+    /// with the fused delta-rule op): the Q/K/V projection through a causal
+    /// convolution that continues each segment's stored inputs, SiLU, L2-
+    /// normed Q and K, the delta rule from each segment's state with decay
+    /// softplus(alpha + dt) · a and rate sigmoid(beta), then the output
+    /// RMS-normed per head and gated by silu(z). Each segment's new
+    /// convolution inputs and state are written back into its cache.
+    fn delta_net(&self, x: Tensor, w: &DeltaNetWeights, segments: &[Segment], il: usize) -> Result<Tensor> {
+        let (g, hp) = (self.g, self.bp.hp);
+        let d = hp.delta_net.expect("a delta-net layer has its sizes");
+        let n = self.n_tokens;
+        let (hd, n_k, n_v) = (d.head_dim as i64, d.n_k_heads as i64, d.n_v_heads as i64);
+        let channels = d.conv_channels() as i64;
+        let d_conv = d.d_conv as i64;
+        let f32_size = row_size(crate::engine::ggml::ops::GGML_TYPE_F32, 1);
+
+        let qkv_mixed = self.mm(w.qkv, x);
+        name(qkv_mixed, "linear_attn_qkv_mixed", Some(il));
+        let z = self.mm(w.gate, x);
+        name(z, "z", Some(il));
+        let beta = g.sigmoid(g.reshape_4d(self.mm(w.beta, x), [1, n_v, n, 1]));
+        name(beta, "beta_sigmoid", Some(il));
+        let alpha = g.reshape_3d(self.mm(w.alpha, x), n_v, n, 1);
+        let decay = g.mul(g.softplus(g.add(alpha, w.dt_bias)), w.a);
+        name(decay, "gate", Some(il));
+        let decay = g.reshape_4d(decay, [1, n_v, n, 1]);
+
+        let mut out: Option<Tensor> = None;
+        let mut first = 0i64;
+        for seg in segments {
+            let ns = seg.n_tokens as i64;
+            let Some(cache) = seg.cache else {
+                return Err(Error::Argument("a recurrent layer needs a cache to keep its state in".into()));
+            };
+            let conv_state = cache.conv_state(il);
+            let ssm_state = cache.ssm_state(il);
+            // this segment's columns of the projections
+            let qkv_s = g.view_3d(
+                qkv_mixed,
+                [channels, ns, 1],
+                [qkv_mixed.nb()[1], qkv_mixed.nb()[1] * ns as usize],
+                qkv_mixed.nb()[1] * first as usize,
+            );
+            let tokens_view = |t: Tensor| {
+                g.view_4d(t, [1, n_v, ns, 1], [f32_size, f32_size * n_v as usize, f32_size * (n_v * ns) as usize], {
+                    f32_size * (n_v * first) as usize
+                })
+            };
+            let (beta_s, decay_s) =
+                if segments.len() == 1 { (beta, decay) } else { (tokens_view(beta), tokens_view(decay)) };
+
+            // the convolution over the stored inputs followed by the new ones
+            let stored = g.reshape_3d(conv_state, d_conv - 1, channels, 1);
+            let conv_input = g.concat(stored, g.transpose(qkv_s), 0);
+            name(conv_input, "conv_input", Some(il));
+            let last_inputs = g.view_3d(
+                conv_input,
+                [d_conv - 1, channels, 1],
+                [conv_input.nb()[1], conv_input.nb()[2]],
+                f32_size * ns as usize,
+            );
+            g.expand(g.cpy(last_inputs, g.view_2d(conv_state, [(d_conv - 1) * channels, 1], conv_state.nb()[1], 0)));
+            let conv_out = g.silu(g.ssm_conv(conv_input, w.conv));
+            name(conv_out, "conv_output_silu", Some(il));
+
+            let row = conv_out.nb()[1];
+            let head_view = |heads: i64, offset: i64| {
+                g.view_4d(
+                    conv_out,
+                    [hd, heads, ns, 1],
+                    [f32_size * hd as usize, row, row * ns as usize],
+                    f32_size * offset as usize,
+                )
+            };
+            let key_dim = d.key_dim() as i64;
+            // llama.cpp's build_gdn_l2_norm: an RMS norm scaled to unit length
+            let l2_norm = |t: Tensor| g.scale(g.rms_norm(t, hp.norm_eps / hd as f32), 1.0 / (hd as f32).sqrt());
+            let q = l2_norm(head_view(n_k, 0));
+            let k = l2_norm(head_view(n_k, key_dim));
+            let v = head_view(n_v, 2 * key_dim);
+
+            let state = g.reshape_4d(ssm_state, [hd, hd, n_v, 1]);
+            let result = g.gated_delta_net(q, k, v, decay_s, beta_s, state, 1);
+            let output = g.view_4d(
+                result,
+                [hd, n_v, ns, 1],
+                [f32_size * hd as usize, f32_size * (hd * n_v) as usize, f32_size * (hd * n_v * ns) as usize],
+                0,
+            );
+            name(output, "attn_output", Some(il));
+            let new_state = g.view_4d(
+                result,
+                [hd, hd, n_v, 1],
+                [f32_size * hd as usize, f32_size * (hd * hd) as usize, f32_size * (hd * hd * n_v) as usize],
+                f32_size * (hd * n_v * ns) as usize,
+            );
+            let state_len = d.ssm_state_len() as i64;
+            g.expand(g.cpy(new_state, g.view_2d(ssm_state, [state_len, 1], ssm_state.nb()[1], 0)));
+            out = Some(match out {
+                None => output,
+                Some(prev) => g.concat(prev, output, 2),
+            });
+            first += ns;
+        }
+        let output = out.expect("at least one segment");
+        // the per-head RMS norm, gated by silu(z)
+        let z = g.reshape_4d(z, [hd, n_v, n, 1]);
+        let normed = self.norm(output, Some(w.norm), "attn_norm_gated", Some(il));
+        let gated = g.mul(normed, g.silu(z));
+        let flat = g.reshape_3d(gated, hd * n_v, n, 1);
+        name(flat, "final_output", Some(il));
+        let cur = self.mm(w.out, flat);
+        name(cur, "linear_attn_out", Some(il));
+        Ok(g.reshape_2d(cur, hp.n_embd as i64, n))
     }
 
     /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
@@ -565,7 +713,10 @@ impl Builder<'_, '_> {
             Some((w, b)) => self.norm_biased(inp_l, Some(w), Some(b), "attn_norm_2", Some(il)),
             None => attn_norm,
         };
-        let mut cur = self.attention(attn_in, &layer.attn, segments, inputs, pos, il);
+        let Mixer::Attention(attn) = &layer.mixer else {
+            unreachable!("a parallel block's layers attend (no such row has recurrent layers)")
+        };
+        let mut cur = self.attention(attn_in, attn, segments, inputs, pos, il);
         let mut residual = inp_l;
         if let Some(rows) = rows {
             cur = g.get_rows(cur, rows);

@@ -33,6 +33,9 @@ pub struct GraphInputs {
     /// Each token's attention temperature [1, 1, n_tokens], for the models
     /// that have one (llama.cpp's build_inp_attn_scale).
     pub attn_temp: Option<(Tensor, AttnTemperature)>,
+    /// 4 for multi-section RoPE (`pos` holds a run of positions per
+    /// section: the token's position three times, then zeros), else 1.
+    pub positions_per_token: usize,
 }
 
 fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
@@ -56,7 +59,7 @@ impl GraphInputs {
     ) -> GraphInputs {
         let n_tokens: usize = segments.iter().map(|s| s.n_tokens).sum();
         let tokens = input(g, GGML_TYPE_I32, &[n_tokens as i64], "inp_tokens");
-        let pos = input(g, GGML_TYPE_I32, &[n_tokens as i64], "inp_pos");
+        let pos = input(g, GGML_TYPE_I32, &[(n_tokens * hp.positions_per_token()) as i64], "inp_pos");
         let mask_type = if flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
         let has_swa = hp.swa_layers.iter().any(|&s| s);
         let has_global = hp.swa_layers.iter().any(|&s| !s) || hp.swa_layers.is_empty();
@@ -83,7 +86,7 @@ impl GraphInputs {
         let out_ids = input(g, GGML_TYPE_I32, &[n_outputs as i64], "out_ids");
         let attn_temp =
             hp.attn_temperature.map(|t| (input(g, GGML_TYPE_F32, &[1, 1, n_tokens as i64], "inp_attn_scale"), t));
-        GraphInputs { tokens, pos, out_ids, segments, attn_temp }
+        GraphInputs { tokens, pos, out_ids, segments, attn_temp, positions_per_token: hp.positions_per_token() }
     }
 
     /// Fills the inputs for appending each segment's tokens to its cache
@@ -133,10 +136,21 @@ impl GraphInputs {
             }
         }
         rt::tensor_set(self.tokens, tokens);
+        if self.positions_per_token > 1 {
+            // llama.cpp's text positions for M-RoPE: [p, p, p, 0], section-major
+            let n = pos.len();
+            for section in 1..self.positions_per_token {
+                for i in 0..n {
+                    let p = if section < 3 { pos[i] } else { 0 };
+                    pos.push(p);
+                }
+            }
+        }
         rt::tensor_set(self.pos, pos);
         rt::tensor_set(self.out_ids, out_ids);
         // the masks have been copied into the graph: their buffer is free
-        self.fill_attn_temp(pos, mask_f32);
+        let n_tokens = tokens.len();
+        self.fill_attn_temp(&pos[..n_tokens], mask_f32);
     }
 
     fn fill_attn_temp(&self, pos: &[i32], buf: &mut Vec<f32>) {

@@ -3,8 +3,15 @@
 //! tensor [n_embd_v_gqa, kv_size], V stored transposed (one row per channel)
 //! when flash attention is off. Cells are filled in order, so cell i holds
 //! position i. The graph code only calls `store_*`, `view_*` and `n_kv`.
-use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16};
+//!
+//! A recurrent layer (Qwen3.5's delta-net) keeps no K/V but one state of
+//! the whole sequence: its convolution's last inputs and the delta rule's
+//! matrices, both f32 as llama.cpp keeps them. A state cannot be cut back to
+//! an earlier position, so the cache keeps a few host copies (checkpoints)
+//! of the states at earlier positions, and rolls back only to those.
+use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::ggml::runtime::{self as rt, Buffer, BufferType};
+use crate::engine::model::arch::DeltaNetDims;
 use crate::engine::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What must match between a cache and the session that uses it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheLayout {
     pub n_layer: usize,
     pub n_embd_k_gqa: usize,
@@ -25,12 +32,44 @@ pub struct CacheLayout {
     pub kv_size: usize,
     /// V is stored transposed (flash attention off).
     pub v_trans: bool,
+    /// The recurrent layers, if any: their state sizes and which they are.
+    pub recurrent: Option<RecurrentLayout>,
+}
+
+/// The recurrent layers of a cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecurrentLayout {
+    pub dims: DeltaNetDims,
+    /// One flag per layer.
+    pub layers: Vec<bool>,
+}
+
+/// The most checkpoints a cache keeps (the oldest go first).
+pub const MAX_CHECKPOINTS: usize = 8;
+
+/// The states of every recurrent layer at one position, on the host.
+struct Checkpoint {
+    pos: usize,
+    /// Each recurrent layer's convolution state, then its delta-rule state.
+    data: Vec<u8>,
+}
+
+/// A recurrent layer's two states, each one row of f32.
+#[derive(Clone, Copy)]
+struct LayerState {
+    conv: Tensor,
+    ssm: Tensor,
 }
 
 /// The type of the stored keys and values.
 pub const KV_TYPE: i32 = GGML_TYPE_F16;
 
 impl CacheLayout {
+    /// Whether layer `il` keeps a recurrent state instead of K/V.
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.recurrent.as_ref().is_some_and(|r| r.layers.get(il).copied().unwrap_or(false))
+    }
+
     /// The byte ranges (offset, length) of one layer's K or V that hold its
     /// first `n` cells: one range of `n` whole rows, or with V transposed
     /// the first `n` entries of each channel's row.
@@ -45,6 +84,14 @@ impl CacheLayout {
             (1, 0, row_size(KV_TYPE, width as i64) * n)
         };
         (0..count).map(move |i| (i * stride, len))
+    }
+
+    /// The bytes of recurrent layer `il`'s state (0 for an attending layer).
+    pub fn state_bytes(&self, il: usize) -> usize {
+        match &self.recurrent {
+            Some(r) if self.is_recurrent(il) => 4 * (r.dims.conv_state_len() + r.dims.ssm_state_len()),
+            _ => 0,
+        }
     }
 
     /// The bytes of the first `n` cells of one layer's K or V.
@@ -75,8 +122,13 @@ pub struct KvCache {
     /// The settings (RoPE, adapters: the graph variant's key) its cells were
     /// computed with; None when not known (empty, or loaded from a file).
     filled_with: Option<u64>,
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    /// K and V of the attending layers (None for recurrent ones).
+    k: Vec<Option<Tensor>>,
+    v: Vec<Option<Tensor>>,
+    /// The states of the recurrent layers (None for attending ones).
+    states: Vec<Option<LayerState>>,
+    /// Host copies of the states at earlier positions, oldest first.
+    checkpoints: Vec<Checkpoint>,
     // Drop order: the buffers before the contexts describing their tensors.
     // One of each per buffer type (each layer's cache lives on its layer's
     // device).
@@ -90,6 +142,7 @@ impl KvCache {
         assert_eq!(bufts.len(), layout.n_layer, "one buffer type per layer");
         let mut k: Vec<Option<Tensor>> = vec![None; layout.n_layer];
         let mut v: Vec<Option<Tensor>> = vec![None; layout.n_layer];
+        let mut states: Vec<Option<LayerState>> = vec![None; layout.n_layer];
         let mut distinct: Vec<BufferType> = Vec::new();
         for b in bufts {
             if !distinct.contains(b) {
@@ -103,6 +156,14 @@ impl KvCache {
             let ctx =
                 Ctx::new(2 * layers.len(), 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
             for &il in &layers {
+                if let (true, Some(r)) = (layout.is_recurrent(il), &layout.recurrent) {
+                    let conv = ctx.new_tensor(GGML_TYPE_F32, &[r.dims.conv_state_len() as i64, 1]);
+                    conv.set_name(&format!("cache_r_l{il}"));
+                    let ssm = ctx.new_tensor(GGML_TYPE_F32, &[r.dims.ssm_state_len() as i64, 1]);
+                    ssm.set_name(&format!("cache_s_l{il}"));
+                    states[il] = Some(LayerState { conv, ssm });
+                    continue;
+                }
                 let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
                 kt.set_name(&format!("cache_k_l{il}"));
                 let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
@@ -127,8 +188,10 @@ impl KvCache {
             // that decoding never reallocates it
             tokens: Vec::with_capacity(n_ctx),
             filled_with: None,
-            k: k.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
-            v: v.into_iter().map(|t| t.expect("every layer has its buffer type")).collect(),
+            k,
+            v,
+            states,
+            checkpoints: Vec::new(),
             buffers,
             _contexts: contexts,
         })
@@ -163,6 +226,131 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.filled_with = None;
+        self.checkpoints.clear();
+        self.zero_states();
+    }
+
+    /// Whether some layer keeps a recurrent state.
+    pub fn has_recurrent(&self) -> bool {
+        self.layout.recurrent.is_some()
+    }
+
+    /// A fresh sequence's recurrent states: zeros.
+    fn zero_states(&mut self) {
+        let mut zeros = Vec::new();
+        for state in self.states.iter().flatten() {
+            for t in [state.conv, state.ssm] {
+                zeros.clear();
+                zeros.resize(t.nbytes(), 0u8);
+                rt::tensor_write(t, 0, &zeros);
+            }
+        }
+    }
+
+    /// The bytes of layer `il`'s recurrent state (its convolution state,
+    /// then its delta-rule state).
+    pub fn layer_state_bytes(&self, il: usize) -> usize {
+        self.states[il].map_or(0, |s| s.conv.nbytes() + s.ssm.nbytes())
+    }
+
+    /// Copies layer `il`'s recurrent state into `out` (as long as
+    /// [`KvCache::layer_state_bytes`]).
+    pub fn read_layer_state(&self, il: usize, out: &mut [u8]) {
+        let s = self.states[il].expect("a recurrent layer has a state");
+        let (conv, ssm) = out.split_at_mut(s.conv.nbytes());
+        rt::tensor_read(s.conv, 0, conv);
+        rt::tensor_read(s.ssm, 0, ssm);
+    }
+
+    /// Sets layer `il`'s recurrent state from `data`, laid out as
+    /// [`KvCache::read_layer_state`] gives it.
+    pub fn write_layer_state(&mut self, il: usize, data: &[u8]) {
+        let s = self.states[il].expect("a recurrent layer has a state");
+        assert_eq!(data.len(), s.conv.nbytes() + s.ssm.nbytes(), "write_layer_state: size");
+        let (conv, ssm) = data.split_at(s.conv.nbytes());
+        rt::tensor_write(s.conv, 0, conv);
+        rt::tensor_write(s.ssm, 0, ssm);
+    }
+
+    /// The bytes of all recurrent states (a checkpoint's size).
+    pub fn state_bytes(&self) -> usize {
+        self.states.iter().flatten().map(|s| s.conv.nbytes() + s.ssm.nbytes()).sum()
+    }
+
+    /// Layer `il`'s convolution state ([conv_state_len, 1] f32).
+    pub fn conv_state(&self, il: usize) -> Tensor {
+        self.states[il].expect("a recurrent layer has a state").conv
+    }
+
+    /// Layer `il`'s delta-rule state ([ssm_state_len, 1] f32).
+    pub fn ssm_state(&self, il: usize) -> Tensor {
+        self.states[il].expect("a recurrent layer has a state").ssm
+    }
+
+    /// Copies every recurrent state into `out`, layer by layer (each
+    /// layer's convolution state, then its delta-rule state).
+    pub fn read_states(&self, out: &mut Vec<u8>) {
+        out.resize(self.state_bytes(), 0);
+        let mut at = 0;
+        for il in 0..self.n_layer() {
+            let len = self.layer_state_bytes(il);
+            if len > 0 {
+                self.read_layer_state(il, &mut out[at..at + len]);
+                at += len;
+            }
+        }
+    }
+
+    /// Sets every recurrent state from `data`, laid out as
+    /// [`KvCache::read_states`] gives them.
+    pub fn write_states(&mut self, data: &[u8]) {
+        assert_eq!(data.len(), self.state_bytes(), "write_states: size");
+        let mut at = 0;
+        for il in 0..self.n_layer() {
+            let len = self.layer_state_bytes(il);
+            if len > 0 {
+                self.write_layer_state(il, &data[at..at + len]);
+                at += len;
+            }
+        }
+    }
+
+    /// Keeps a copy of the recurrent states at the current position, so
+    /// that the cache can later roll back to it (nothing without recurrent
+    /// layers, or when one is kept there already). The oldest goes when
+    /// [`MAX_CHECKPOINTS`] are kept.
+    pub fn checkpoint(&mut self) {
+        let pos = self.n_cached();
+        if !self.has_recurrent() || pos == 0 || self.checkpoints.iter().any(|c| c.pos == pos) {
+            return;
+        }
+        if self.checkpoints.len() == MAX_CHECKPOINTS {
+            self.checkpoints.remove(0);
+        }
+        let mut data = Vec::new();
+        self.read_states(&mut data);
+        self.checkpoints.push(Checkpoint { pos, data });
+    }
+
+    /// The longest prefix of at most `n` positions the cache can roll back
+    /// to: `n` itself without recurrent layers; with them the current
+    /// position, a checkpoint's, or 0.
+    pub fn restorable(&self, n: usize) -> usize {
+        let n = n.min(self.n_cached());
+        if !self.has_recurrent() || n == self.n_cached() {
+            return n;
+        }
+        self.checkpoints.iter().map(|c| c.pos).filter(|&pos| pos <= n).max().unwrap_or(0)
+    }
+
+    /// The positions a recurrent cache can roll back to, ascending.
+    fn restorable_positions(&self) -> Vec<usize> {
+        let mut positions: Vec<usize> = self.checkpoints.iter().map(|c| c.pos).collect();
+        positions.push(0);
+        positions.push(self.n_cached());
+        positions.sort_unstable();
+        positions.dedup();
+        positions
     }
 
     /// The settings key of the computation that filled it (see the field).
@@ -171,10 +359,11 @@ impl KvCache {
     }
 
     fn tensor(&self, il: usize, part: Part) -> Tensor {
-        match part {
+        let t = match part {
             Part::K => self.k[il],
             Part::V => self.v[il],
-        }
+        };
+        t.expect("an attending layer has K and V")
     }
 
     /// Copies the first `n` cells of layer `il`'s K or V into `out` (which
@@ -211,8 +400,34 @@ impl KvCache {
                 self.n_cached()
             )));
         }
+        if self.has_recurrent() && n != self.n_cached() {
+            if n == 0 {
+                self.clear();
+                return Ok(());
+            }
+            let Some(at) = self.checkpoints.iter().position(|c| c.pos == n) else {
+                return Err(Error::Argument(format!(
+                    "cannot roll the cache back to {n} positions: this model's recurrent layers keep one state \
+                     of the whole sequence, which can only go back to a kept checkpoint (positions {:?})",
+                    self.restorable_positions()
+                )));
+            };
+            let data = std::mem::take(&mut self.checkpoints[at].data);
+            self.write_states(&data);
+            self.checkpoints[at].data = data;
+        }
         self.tokens.truncate(n);
+        self.checkpoints.retain(|c| c.pos <= n);
         Ok(())
+    }
+
+    /// Makes `tokens` the history of cells and states just written from a
+    /// saved cache (its states are those after the last token).
+    pub(crate) fn tokens_loaded(&mut self, tokens: &[i32]) {
+        self.tokens.clear();
+        self.tokens.extend_from_slice(tokens);
+        self.filled_with = None;
+        self.checkpoints.clear();
     }
 
     /// Records `tokens` as the next filled positions (after a successful
@@ -252,7 +467,7 @@ impl KvCache {
     pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
         let ne = k_cur.ne();
         let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);
-        g.set_rows(self.k[il], rows, k_idxs)
+        g.set_rows(self.tensor(il, Part::K), rows, k_idxs)
     }
 
     /// Writes V of the new tokens, as `store_k`; with V transposed every
@@ -262,14 +477,14 @@ impl KvCache {
         let n_embd = ne[0] * ne[1];
         if !self.layout.v_trans {
             let rows = g.view_2d(v_cur, [n_embd, ne[2]], v_cur.nb()[2], 0);
-            return g.set_rows(self.v[il], rows, v_idxs);
+            return g.set_rows(self.tensor(il, Part::V), rows, v_idxs);
         }
         let flat = if row_size(v_cur.type_id(), n_embd) == v_cur.nb()[2] {
             g.reshape_2d(v_cur, n_embd, ne[2])
         } else {
             g.cont_2d(v_cur, n_embd, ne[2])
         };
-        let cache = self.v[il];
+        let cache = self.tensor(il, Part::V);
         let n_cache = cache.ne()[0] * cache.ne()[1];
         let cache_elems = g.reshape_2d(cache, 1, n_cache);
         let elems = g.reshape_2d(flat, 1, n_embd * ne[2]);
@@ -279,7 +494,7 @@ impl KvCache {
     /// K of the first `n_kv` cells as [head_dim, n_head_kv, n_kv, 1].
     pub fn view_k(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
         let l = &self.layout;
-        let k = self.k[il];
+        let k = self.tensor(il, Part::K);
         let t = k.type_id();
         g.view_4d(
             k,
@@ -297,7 +512,7 @@ impl KvCache {
     /// transposed [n_kv, n_head_kv, head_dim, 1].
     pub fn view_v(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
         let l = &self.layout;
-        let v = self.v[il];
+        let v = self.tensor(il, Part::V);
         let t = v.type_id();
         if !l.v_trans {
             return g.view_4d(

@@ -16,13 +16,15 @@
 //! | 88..248  | model name (`general.name`), UTF-8, NUL-padded               |
 //! | 248..256 | XXH64 of bytes 0..248                                        |
 //! | then     | the n_tokens token ids (i32)                                 |
-//! | then     | per layer: the K of cells 0..n_tokens, then their V          |
+//! | then     | per layer: the K of cells 0..n_tokens, then their V; for a recurrent layer its state |
 //! | last 8   | XXH64 of everything before it                                |
 //!
 //! K of a layer is n_tokens rows of n_embd_k_gqa f16 values (position by
 //! position, as the tensor holds them); V likewise, or, stored transposed,
 //! n_embd_v_gqa rows (one per channel) of n_tokens values. Only the filled
-//! cells are written. The header has its own checksum, so a damaged header
+//! cells are written. A recurrent layer (Qwen3.5's delta-net) has no cells
+//! but one state of the sequence: its convolution state, then its
+//! delta-rule state, f32 values of a size the model fixes. The header has its own checksum, so a damaged header
 //! is reported as damage before any of its fields is believed.
 //!
 //! A file is loaded only into a session of the same model (fingerprint),
@@ -213,6 +215,10 @@ impl Header {
         let n = self.n_tokens as usize;
         let mut parts = vec![("the token list".to_string(), 4 * n as u64)];
         for il in 0..layout.n_layer {
+            if layout.is_recurrent(il) {
+                parts.push((format!("the recurrent state of layer {il}"), layout.state_bytes(il) as u64));
+                continue;
+            }
             parts.push((format!("the keys of layer {il}"), layout.cells_bytes(Part::K, n) as u64));
             parts.push((format!("the values of layer {il}"), layout.cells_bytes(Part::V, n) as u64));
         }
@@ -261,6 +267,16 @@ fn f16_to_or_from_le(bytes: &mut [u8]) {
     if cfg!(target_endian = "big") {
         for pair in bytes.chunks_exact_mut(2) {
             pair.swap(0, 1);
+        }
+    }
+}
+
+/// The file keeps f32 values little-endian; the tensors hold them in the
+/// machine's order.
+fn f32_to_or_from_le(bytes: &mut [u8]) {
+    if cfg!(target_endian = "big") {
+        for word in bytes.chunks_exact_mut(4) {
+            word.reverse();
         }
     }
 }
@@ -330,6 +346,13 @@ fn write_file(path: &Path, header: &Header, cache: &KvCache) -> std::io::Result<
     let n = cache.n_cached();
     let mut cells = Vec::new();
     for il in 0..cache.n_layer() {
+        if cache.layout().is_recurrent(il) {
+            cells.resize(cache.layer_state_bytes(il), 0);
+            cache.read_layer_state(il, &mut cells);
+            f32_to_or_from_le(&mut cells);
+            w.put(&cells)?;
+            continue;
+        }
         for part in [Part::K, Part::V] {
             cells.resize(cache.layout().cells_bytes(part, n), 0);
             cache.read_cells(il, part, n, &mut cells);
@@ -432,6 +455,13 @@ pub fn load(path: &Path, target: &Target, new_cache: impl FnOnce() -> Result<KvC
     let mut cache = new_cache()?;
     let mut what = sections[1..].iter().map(|(w, _)| w);
     for il in 0..target.layout.n_layer {
+        if target.layout.is_recurrent(il) {
+            bytes.resize(target.layout.state_bytes(il), 0);
+            r.take(&mut bytes, what.next().expect("one section per state"))?;
+            f32_to_or_from_le(&mut bytes);
+            cache.write_layer_state(il, &bytes);
+            continue;
+        }
         for part in [Part::K, Part::V] {
             bytes.resize(target.layout.cells_bytes(part, n), 0);
             r.take(&mut bytes, what.next().expect("one section per part"))?;
@@ -451,8 +481,7 @@ pub fn load(path: &Path, target: &Target, new_cache: impl FnOnce() -> Result<KvC
             format!("token {pos} of its history is id {id}, outside the model's vocabulary [0, {})", target.n_vocab),
         ));
     }
-    cache.clear();
-    cache.advance(&tokens, None);
+    cache.tokens_loaded(&tokens);
     crate::debug_log!(
         "loaded a KV cache of {n} positions from '{}': {:.1} MiB in {:.1} ms",
         path.display(),

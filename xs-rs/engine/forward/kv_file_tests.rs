@@ -46,6 +46,7 @@ fn layout(v_trans: bool) -> CacheLayout {
         n_head_kv: 2,
         kv_size: 256,
         v_trans,
+        recurrent: None,
     }
 }
 
@@ -80,7 +81,7 @@ fn target(v_trans: bool) -> Target {
 }
 
 fn load_for(path: &Path, target: &Target) -> Result<KvCache> {
-    load(path, target, || Ok(empty_cache(target.layout)))
+    load(path, target, || Ok(empty_cache(target.layout.clone())))
 }
 
 /// Every byte of every layer's K and V (all cells, filled or not).
@@ -119,12 +120,91 @@ fn a_loaded_cache_holds_exactly_what_was_saved() {
     assert!(names.iter().all(|n| n.ends_with(".kv")), "no temporary file is left: {names:?}");
 }
 
+/// Layer 0 attends, layer 1 is a delta-net layer (tiny sizes).
+fn hybrid_layout() -> CacheLayout {
+    let dims = crate::engine::model::arch::DeltaNetDims { d_conv: 3, n_k_heads: 1, n_v_heads: 2, head_dim: 2 };
+    CacheLayout {
+        recurrent: Some(crate::engine::forward::kv_cache::RecurrentLayout { dims, layers: vec![false, true] }),
+        ..layout(true)
+    }
+}
+
+/// A hybrid cache holding `n` positions, its recurrent state filled with
+/// bytes that depend on `seed`.
+fn filled_hybrid(n: usize, seed: u8) -> KvCache {
+    let mut cache = empty_cache(hybrid_layout());
+    for part in [Part::K, Part::V] {
+        let len = cache.layout().cells_bytes(part, n);
+        cache.write_cells(0, part, n, &(0..len).map(|i| i as u8 ^ seed).collect::<Vec<u8>>());
+    }
+    let state: Vec<u8> = (0..cache.layer_state_bytes(1)).map(|i| (i as u8).wrapping_mul(3) ^ seed).collect();
+    cache.write_layer_state(1, &state);
+    cache.advance(&(0..n as i32).collect::<Vec<_>>(), None);
+    cache
+}
+
+fn state_of(cache: &KvCache) -> Vec<u8> {
+    let mut state = Vec::new();
+    cache.read_states(&mut state);
+    state
+}
+
+#[test]
+fn a_hybrid_cache_saves_its_recurrent_state() {
+    let dir = TempDir::new("hybrid");
+    let saved = filled_hybrid(5, 0x5a);
+    let path = dir.file("hybrid.kv");
+    save(&path, &saved, &model_id(0x1234)).expect("saved");
+    let target = Target { model: model_id(0x1234), layout: hybrid_layout(), n_ctx: N_CTX, n_vocab: N_VOCAB };
+    let loaded = load_for(&path, &target).expect("loaded");
+    assert_eq!(loaded.tokens(), saved.tokens());
+    assert_eq!(state_of(&loaded), state_of(&saved), "the recurrent state comes back");
+    let l = hybrid_layout();
+    let expected = HEADER_LEN
+        + 4 * 5
+        + l.cells_bytes(Part::K, 5)
+        + l.cells_bytes(Part::V, 5)
+        + l.state_bytes(1)
+        + CHECKSUM_LEN as usize;
+    assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, expected, "K/V of layer 0, the state of layer 1");
+    // cut inside the state: named
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 12]).unwrap();
+    let err = load_for(&path, &target).err().expect("a cut file is refused").to_string();
+    assert!(err.contains("the recurrent state of layer 1"), "{err}");
+}
+
+#[test]
+fn a_recurrent_state_rolls_back_only_to_checkpoints() {
+    let mut cache = filled_hybrid(4, 1);
+    let at_4 = state_of(&cache);
+    cache.checkpoint();
+    let state: Vec<u8> = vec![9; cache.layer_state_bytes(1)];
+    cache.write_layer_state(1, &state);
+    cache.advance(&[7, 8, 9], None);
+    assert_eq!(cache.restorable(7), 7, "its own position");
+    assert_eq!(cache.restorable(6), 4, "back to the checkpoint");
+    assert_eq!(cache.restorable(3), 0, "before every checkpoint: from the start");
+    let err = cache.resize(5).unwrap_err().to_string();
+    assert!(err.contains("recurrent") && err.contains("[0, 4, 7]"), "{err}");
+    assert_eq!(cache.n_cached(), 7, "a refused rollback changes nothing");
+    cache.resize(4).expect("to the checkpoint");
+    assert_eq!(cache.n_cached(), 4);
+    assert_eq!(state_of(&cache), at_4, "the checkpoint's state is back");
+    cache.resize(0).expect("to the start");
+    assert!(state_of(&cache).iter().all(|&b| b == 0), "an empty cache's state is zero");
+    // an attention-only cache rolls back anywhere
+    let mut plain = filled_cache(true, 6);
+    assert_eq!(plain.restorable(3), 3);
+    plain.resize(3).expect("any position");
+}
+
 #[test]
 fn transposed_v_keeps_the_first_cells_of_each_channel() {
     // V transposed is [kv_size cells] x [n_embd_v_gqa channels]: element
     // (channel e, cell c) at e * kv_size + c.
     let l = layout(true);
-    let mut cache = empty_cache(l);
+    let mut cache = empty_cache(l.clone());
     let whole: Vec<u8> = (0..l.n_embd_v_gqa * l.kv_size)
         .flat_map(|i| {
             let (e, c) = (i / l.kv_size, i % l.kv_size);

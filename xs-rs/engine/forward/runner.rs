@@ -7,7 +7,7 @@
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use crate::engine::forward::compute::{BatchShape, Executor, StepScratch, Target};
 use crate::engine::forward::graph::{Blueprint, Head, Segment};
-use crate::engine::forward::kv_cache::CacheLayout;
+use crate::engine::forward::kv_cache::{CacheLayout, RecurrentLayout};
 use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::forward::profile::{timed, Phase, Profile};
 use crate::engine::ggml::cpu_budget::{available_cpus, physical_cores, MAX_THREADS};
@@ -268,6 +268,10 @@ impl Runner {
             kv_size: n_ctx.div_ceil(crate::engine::forward::kv_cache::KV_PAD)
                 * crate::engine::forward::kv_cache::KV_PAD,
             v_trans: !self.flash_attn,
+            recurrent: hp
+                .delta_net
+                .filter(|_| hp.has_recurrent())
+                .map(|dims| RecurrentLayout { dims, layers: hp.recurrent_layers.clone() }),
         }
     }
 
@@ -320,7 +324,7 @@ impl Runner {
     }
 
     fn check_cache(&self, cache: &KvCache, n_new: usize) -> Result<()> {
-        if *cache.layout() != self.cache_layout() || cache.n_ctx() != self.n_ctx {
+        if cache.layout() != &self.cache_layout() || cache.n_ctx() != self.n_ctx {
             return Err(Error::Argument(
                 "the KV cache was made by a session with another model or other settings".into(),
             ));
@@ -375,6 +379,7 @@ impl Runner {
         let width = self.output_width(head);
         let variant = self.variant(ov)?;
         self.with_pool(pool, |pool| {
+            let checkpoints = Checkpoints::around(cache, tokens.len());
             let mut flat = Vec::new();
             for chunk in tokens.chunks(self.n_batch) {
                 self.run_step(
@@ -385,6 +390,7 @@ impl Runner {
                 )?;
                 flat.chunks_exact(width).try_for_each(&mut each)?;
             }
+            checkpoints.after(cache);
             Ok(())
         })
     }
@@ -480,6 +486,7 @@ impl Runner {
         self.check_cache(cache, tokens.len())?;
         let variant = self.variant(ov)?;
         self.with_pool(pool, |pool| {
+            let checkpoints = Checkpoints::around(cache, tokens.len());
             for chunk in tokens.chunks(self.n_batch) {
                 self.run_step(
                     &mut [(&mut *cache, chunk)],
@@ -488,6 +495,7 @@ impl Runner {
                     out,
                 )?;
             }
+            checkpoints.after(cache);
             Ok(())
         })
     }
@@ -535,6 +543,8 @@ impl Runner {
             self.check_cache(cache, seq.len())?;
         }
         self.with_pool(pool, |pool| {
+            let checkpoints: Vec<Checkpoints> =
+                caches.iter_mut().zip(sequences).map(|(c, s)| Checkpoints::around(c, s.len())).collect();
             // Each step takes the next share of every unfinished sequence, so a
             // step has at most about n_batch tokens.
             let share = (self.n_batch / sequences.len()).max(1);
@@ -564,6 +574,9 @@ impl Runner {
                     done[i] += n;
                     result[i] = l.to_vec();
                 }
+            }
+            for (cache, checkpoints) in caches.iter_mut().zip(checkpoints) {
+                checkpoints.after(cache);
             }
             Ok(result)
         })
@@ -768,6 +781,31 @@ impl Runner {
     /// Adds time spent outside the forward pass (generate's phases).
     pub fn record(&self, phase: Phase, elapsed: std::time::Duration) {
         self.profile.lock().unwrap_or_else(|e| e.into_inner()).add(phase, elapsed);
+    }
+}
+
+/// When a call evaluates several tokens at once, a recurrent cache keeps its
+/// states from before them (so that the call can be undone, as speculative
+/// decoding undoes rejected drafts) and after them (a prompt's end, which a
+/// later prompt sharing it continues from). One token at a time (decoding)
+/// keeps none: its state is the next step's start.
+struct Checkpoints {
+    keep: bool,
+}
+
+impl Checkpoints {
+    fn around(cache: &mut KvCache, n_tokens: usize) -> Checkpoints {
+        let keep = n_tokens > 1 && cache.has_recurrent();
+        if keep {
+            cache.checkpoint();
+        }
+        Checkpoints { keep }
+    }
+
+    fn after(self, cache: &mut KvCache) {
+        if self.keep {
+            cache.checkpoint();
+        }
     }
 }
 

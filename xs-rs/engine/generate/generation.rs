@@ -30,6 +30,12 @@ pub trait LogitsSource {
     fn n_batch(&self) -> usize;
     /// Keeps only the first `n` tokens of the context.
     fn truncate(&mut self, n: usize) -> Result<()>;
+    /// The longest prefix of at most `n` tokens that `truncate` keeps
+    /// without evaluating anything again (a recurrent model's state goes
+    /// back only to its checkpoints).
+    fn reusable(&self, n: usize) -> usize {
+        n
+    }
     /// Appends `tokens` to the context; writes the logits after the last one
     /// into `logits` (replacing what it held, reusing its memory).
     fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()>;
@@ -101,7 +107,19 @@ impl LogitsSource for CachedRunner<'_> {
         self.runner.n_batch()
     }
     fn truncate(&mut self, n: usize) -> Result<()> {
-        self.cache.resize(n)
+        let keep = self.cache.restorable(n);
+        if n >= self.cache.n_cached() || keep == n {
+            return self.cache.resize(n);
+        }
+        // a recurrent state between checkpoints: back to the last one
+        // before `n`, then the tokens after it again
+        let again = self.cache.tokens()[keep..n].to_vec();
+        self.cache.resize(keep)?;
+        let mut logits = Vec::new();
+        self.forward(&again, &mut logits)
+    }
+    fn reusable(&self, n: usize) -> usize {
+        self.cache.restorable(n)
     }
     fn forward(&mut self, tokens: &[i32], logits: &mut Vec<f32>) -> Result<()> {
         self.runner.forward_last_into(self.cache, tokens, self.pool.as_deref_mut(), self.overrides, logits)
@@ -235,7 +253,7 @@ pub fn generate<E: From<Error>>(
     mut on_end: impl FnMut(&str) -> std::result::Result<(), E>,
 ) -> std::result::Result<Generation, E> {
     // At least the last prompt token is evaluated: its logits are needed.
-    let n_reused = common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1));
+    let n_reused = source.reusable(common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1)));
     check(source, tokens, prompt, options)?;
     let mut sampler = Sampler::with_vocab(options.sampler.clone(), tokens.and_then(|t| t.vocab()))?;
     let mut result = Generation {

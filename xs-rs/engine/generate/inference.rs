@@ -92,6 +92,7 @@ impl CacheHandle {
             n_head_kv: shape.n_head_kv,
             kv_size: shape.n_ctx.div_ceil(KV_PAD) * KV_PAD,
             v_trans: true,
+            recurrent: None,
         };
         let cache = KvCache::new(layout, shape.n_ctx, &vec![cpu.buffer_type(); shape.n_layer])?;
         Ok(CacheHandle { session: OnceLock::new(), cache: Mutex::new(Some(cache)) })

@@ -14,6 +14,9 @@ pub const GGML_PREC_F32: c_int = 10;
 
 pub const GGML_ROPE_TYPE_NORM: c_int = 0;
 pub const GGML_ROPE_TYPE_NEOX: c_int = 2;
+/// Interleaved multi-section RoPE (Qwen3-VL, Qwen3.5): NEOX pairs whose
+/// frequencies cycle through the sections.
+pub const GGML_ROPE_TYPE_IMROPE: c_int = 40;
 
 extern "C" {
     fn ggml_init(params: ggml_init_params) -> *mut ggml_context;
@@ -176,6 +179,36 @@ extern "C" {
         params: *mut ggml_tensor,
     ) -> *mut ggml_tensor;
     fn ggml_softplus(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_sigmoid(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_ssm_conv(ctx: *mut ggml_context, sx: *mut ggml_tensor, c: *mut ggml_tensor) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_gated_delta_net(
+        ctx: *mut ggml_context,
+        q: *mut ggml_tensor,
+        k: *mut ggml_tensor,
+        v: *mut ggml_tensor,
+        g: *mut ggml_tensor,
+        beta: *mut ggml_tensor,
+        state: *mut ggml_tensor,
+        n_snapshots: i64,
+    ) -> *mut ggml_tensor;
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_rope_multi(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        pos: *mut ggml_tensor,
+        freq_factors: *mut ggml_tensor,
+        n_dims: c_int,
+        sections: *const c_int,
+        mode: c_int,
+        n_ctx_orig: c_int,
+        freq_base: f32,
+        freq_scale: f32,
+        ext_factor: f32,
+        attn_factor: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+    ) -> *mut ggml_tensor;
     fn ggml_set_param(t: *mut ggml_tensor);
     fn ggml_set_loss(t: *mut ggml_tensor);
     fn ggml_build_backward_expand(ctx: *mut ggml_context, graph: *mut ggml_cgraph, grad_accs: *mut *mut ggml_tensor);
@@ -613,6 +646,11 @@ impl Ctx {
         /// alpha, beta1, beta2, eps, weight decay, 1/(1-beta1^t), 1/(1-beta2^t).
         fn opt_step_adamw(param, grad, m, v, hyper) => ggml_opt_step_adamw;
         fn softplus(a) => ggml_softplus;
+        /// 1 / (1 + exp(-a)), ggml's own kernel (not differentiable).
+        fn sigmoid(a) => ggml_sigmoid;
+        /// Mamba's depthwise causal convolution: `sx` [d_conv - 1 + n_tokens,
+        /// channels, n_seqs] by the kernel `c` [d_conv, channels].
+        fn ssm_conv(sx, c) => ggml_ssm_conv;
         /// `a` repeated to the shape of `b`.
         fn repeat(a, b) => ggml_repeat;
     }
@@ -696,6 +734,46 @@ impl Ctx {
                 p.beta_slow,
             )
         })
+    }
+    /// Multi-section RoPE (`mode` MROPE or IMROPE): `pos` holds
+    /// 4 · n_tokens positions, one run per section.
+    pub fn rope_multi(&self, a: Tensor, pos: Tensor, sections: [c_int; 4], p: &RopeParams) -> Tensor {
+        // SAFETY: see the note above; `sections` outlives the call, which copies it.
+        Tensor(unsafe {
+            ggml_rope_multi(
+                self.c(),
+                a.0,
+                pos.0,
+                std::ptr::null_mut(),
+                p.n_dims,
+                sections.as_ptr(),
+                p.mode,
+                p.n_ctx_orig,
+                p.freq_base,
+                p.freq_scale,
+                p.ext_factor,
+                p.attn_factor,
+                p.beta_fast,
+                p.beta_slow,
+            )
+        })
+    }
+    /// The gated delta rule over a run of tokens (Qwen3.5's linear
+    /// attention): the output [S_v, H_v, n_tokens, n_seqs] followed by
+    /// `n_snapshots` states [S_v, S_v, H_v, n_seqs], the newest first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        gate: Tensor,
+        beta: Tensor,
+        state: Tensor,
+        n_snapshots: i64,
+    ) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_gated_delta_net(self.c(), q.0, k.0, v.0, gate.0, beta.0, state.0, n_snapshots) })
     }
     pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32, max_bias: f32) -> Tensor {
         // SAFETY: see the note above.

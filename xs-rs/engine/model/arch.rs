@@ -2,7 +2,7 @@
 //! hyperparameters read once from the GGUF header. One graph builder
 //! (forward/graph.rs) reads the row; adding an architecture is one row here plus a
 //! parity test.
-use crate::engine::ggml::ops::{GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM};
+use crate::engine::ggml::ops::{GGML_ROPE_TYPE_IMROPE, GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM};
 use crate::engine::model::gguf::Array;
 use crate::engine::model::rope::ScalingType;
 use crate::engine::model::Model;
@@ -19,6 +19,10 @@ pub enum Rope {
     Neox,
     /// No rotary embeddings: learned positions instead (GPT-2).
     None,
+    /// Interleaved multi-section RoPE over `rope.dimension_sections`
+    /// (Qwen3.5); a text token has the same position in the first three
+    /// sections and 0 in the fourth.
+    MultiInterleaved,
 }
 
 impl Rope {
@@ -27,6 +31,7 @@ impl Rope {
         match self {
             Rope::Norm => Some(GGML_ROPE_TYPE_NORM),
             Rope::Neox => Some(GGML_ROPE_TYPE_NEOX),
+            Rope::MultiInterleaved => Some(GGML_ROPE_TYPE_IMROPE),
             Rope::None => None,
         }
     }
@@ -78,6 +83,19 @@ pub enum Experts {
     /// divided by their sum; `shared`: a shared expert gated by a sigmoid
     /// (Qwen2-MoE).
     Always { renormalize: bool, shared: bool },
+}
+
+/// What mixes tokens in the layers that do not attend (the file says which
+/// layers those are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recurrent {
+    /// Every layer attends.
+    None,
+    /// Gated delta-net linear attention (Qwen3.5): a causal convolution
+    /// with a state of d_conv - 1 tokens, then the delta rule with a state
+    /// per value head; `ssm.*` keys, the layers from
+    /// `attention.recurrent_layers` or `full_attention_interval`.
+    GatedDeltaNet,
 }
 
 /// RMSNorm of Q and K before RoPE.
@@ -185,6 +203,18 @@ pub struct ArchSpec {
     /// `yarn_log_multiplier` are read from the file (Mistral 3); else 32, 1
     /// and none.
     pub yarn_keys: bool,
+    /// The token mixer of the layers that do not attend.
+    pub recurrent: Recurrent,
+    /// Q's projection holds, per head, the query and then a gate; the
+    /// attention output is multiplied by sigmoid(gate) before `attn_output`
+    /// (Qwen3.5).
+    pub gated_attention: bool,
+    /// The FFN's input norm is stored as `post_attention_norm` (Qwen3.5).
+    pub ffn_norm_is_post_attention: bool,
+    /// The output rows are picked after the final norm rather than after
+    /// the last layer's attention (Qwen3.5's graph; the same values, but
+    /// the last FFN then runs over every row, as its kernels round).
+    pub outputs_after_norm: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -216,6 +246,10 @@ const LLAMA: ArchSpec = ArchSpec {
     no_rope_every: None,
     attn_temperature: false,
     yarn_keys: false,
+    recurrent: Recurrent::None,
+    gated_attention: false,
+    ffn_norm_is_post_attention: false,
+    outputs_after_norm: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -366,6 +400,19 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..LLAMA
     },
     ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
+    ArchSpec {
+        name: "qwen35",
+        rope: Rope::MultiInterleaved,
+        out_bias: false,
+        qk_norm: QkNorm::PerHead,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        recurrent: Recurrent::GatedDeltaNet,
+        gated_attention: true,
+        ffn_norm_is_post_attention: true,
+        outputs_after_norm: true,
+        ..LLAMA
+    },
 ];
 
 /// The row for `name`, or an error naming the file (`path`), the
@@ -434,6 +481,49 @@ pub struct HParams {
     pub rope_yarn_log_mul: f32,
     /// The attention temperature (see ArchSpec::attn_temperature).
     pub attn_temperature: Option<AttnTemperature>,
+    /// How many of the rotated dimensions each section of multi-section
+    /// RoPE takes (`rope.dimension_sections`; zeros otherwise).
+    pub rope_sections: [i32; 4],
+    /// The recurrent layers' sizes, when the architecture has them.
+    pub delta_net: Option<DeltaNetDims>,
+    /// Which layers are recurrent (all false without recurrent layers).
+    pub recurrent_layers: Vec<bool>,
+}
+
+/// The sizes of gated delta-net layers (llama.cpp's ssm_* hyperparameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaNetDims {
+    /// Width of the causal convolution (`ssm.conv_kernel`).
+    pub d_conv: usize,
+    /// Key heads (`ssm.group_count`) and value heads (`ssm.time_step_rank`).
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    /// The width of a key head and of a value head (both `ssm.state_size`;
+    /// `ssm.inner_size` / n_v_heads must agree).
+    pub head_dim: usize,
+}
+
+impl DeltaNetDims {
+    pub fn key_dim(&self) -> usize {
+        self.head_dim * self.n_k_heads
+    }
+    pub fn value_dim(&self) -> usize {
+        self.head_dim * self.n_v_heads
+    }
+    /// The channels the convolution mixes: Q, K and V side by side.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// f32 values of a sequence's convolution state: the last d_conv - 1
+    /// inputs of every channel (llama.cpp's n_embd_r).
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv - 1) * self.conv_channels()
+    }
+    /// f32 values of a sequence's delta-rule state: a head_dim × head_dim
+    /// matrix per value head (llama.cpp's n_embd_s).
+    pub fn ssm_state_len(&self) -> usize {
+        self.head_dim * self.value_dim()
+    }
 }
 
 /// Llama 4's attention temperature: Q at position `pos` is multiplied by
@@ -463,6 +553,22 @@ impl HParams {
     }
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+    /// The positions a token gets: 4 with multi-section RoPE, else 1.
+    pub fn positions_per_token(&self) -> usize {
+        if self.rope_sections.iter().any(|&s| s > 0) {
+            4
+        } else {
+            1
+        }
+    }
+    /// Whether layer `il` is recurrent (keeps a state instead of K/V).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.recurrent_layers.get(il).copied().unwrap_or(false)
+    }
+    /// Whether some layer is recurrent.
+    pub fn has_recurrent(&self) -> bool {
+        self.recurrent_layers.iter().any(|&r| r)
     }
 
     pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
@@ -526,6 +632,11 @@ impl HParams {
             if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
         let attn_temperature =
             (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
+        let rope_sections = if spec.rope == Rope::MultiInterleaved { keys.rope_sections(n_rot)? } else { [0; 4] };
+        let (delta_net, recurrent_layers) = match spec.recurrent {
+            Recurrent::None => (None, vec![false; n_layer]),
+            Recurrent::GatedDeltaNet => (Some(keys.delta_net_dims()?), keys.recurrent_layers(n_layer)?),
+        };
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -561,6 +672,9 @@ impl HParams {
             yarn_beta_slow: yarn_key("rope.scaling.yarn_beta_slow", 1.0),
             rope_yarn_log_mul: yarn_key("rope.scaling.yarn_log_multiplier", 0.0),
             attn_temperature,
+            rope_sections,
+            delta_net,
+            recurrent_layers,
         })
     }
 
@@ -652,6 +766,76 @@ impl ArchKeys<'_> {
                 .filter(|&s| s != 0.0)
                 .unwrap_or(1.0 / (head_dim_k as f32).sqrt())
         }
+    }
+
+    /// `rope.dimension_sections`: four section widths (an array of up to
+    /// four integers, the rest 0) that cover at most the rotated pairs.
+    fn rope_sections(&self, n_rot: usize) -> Result<[i32; 4]> {
+        let key = "rope.dimension_sections";
+        let list = self.model.gguf.arch_value(key).and_then(|v| v.as_array()).ok_or_else(|| self.missing(key))?;
+        let mut sections = [0i32; 4];
+        for (i, s) in sections.iter_mut().enumerate() {
+            *s = list.int_at(i).unwrap_or(0).clamp(0, i32::MAX as i64) as i32;
+        }
+        let total: i64 = sections.iter().map(|&s| s as i64).sum();
+        if total == 0 || total > n_rot as i64 / 2 {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.{key} {sections:?} must cover between 1 and n_rot / 2 = {} dimension pairs",
+                    self.arch,
+                    n_rot / 2
+                ),
+            });
+        }
+        Ok(sections)
+    }
+
+    /// The sizes of gated delta-net layers, checked as ggml's op needs them
+    /// (it aborts on a mismatch rather than reporting it).
+    fn delta_net_dims(&self) -> Result<DeltaNetDims> {
+        let d_conv = self.positive(self.int("ssm.conv_kernel"), "ssm.conv_kernel")?;
+        let d_inner = self.positive(self.int("ssm.inner_size"), "ssm.inner_size")?;
+        let head_dim = self.positive(self.int("ssm.state_size"), "ssm.state_size")?;
+        let n_v_heads = self.positive(self.int("ssm.time_step_rank"), "ssm.time_step_rank")?;
+        let n_k_heads = self.positive(self.int("ssm.group_count"), "ssm.group_count")?;
+        if d_inner != head_dim * n_v_heads || n_v_heads % n_k_heads != 0 || d_conv > 64 {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "delta-net sizes do not fit together: ssm.inner_size {d_inner} must be ssm.state_size {head_dim} × \
+                     ssm.time_step_rank {n_v_heads}, the value heads a multiple of ssm.group_count {n_k_heads}, \
+                     ssm.conv_kernel {d_conv} at most 64 (architecture {})",
+                    self.arch
+                ),
+            });
+        }
+        Ok(DeltaNetDims { d_conv, n_k_heads, n_v_heads, head_dim })
+    }
+
+    /// Which layers are recurrent: `attention.recurrent_layers` (one flag
+    /// per layer) wins over `full_attention_interval` (every n-th layer
+    /// attends; default 4), as llama.cpp's Qwen3.5 loader reads them.
+    fn recurrent_layers(&self, n_layer: usize) -> Result<Vec<bool>> {
+        if let Some(list) = self.model.gguf.arch_value("attention.recurrent_layers").and_then(|v| v.as_array()) {
+            return Ok((0..n_layer)
+                .map(|i| match list {
+                    Array::Bool(flags) => flags.get(i).copied().unwrap_or(false),
+                    _ => list.int_at(i).unwrap_or(0) != 0,
+                })
+                .collect());
+        }
+        let interval = match self.int("full_attention_interval") {
+            None => 4,
+            Some(n) if n > 0 => n as usize,
+            Some(n) => {
+                return Err(Error::Corrupt {
+                    path: self.model.path().clone(),
+                    what: format!("{}.full_attention_interval is {n}, not a positive count", self.arch),
+                })
+            }
+        };
+        Ok((0..n_layer).map(|il| (il + 1) % interval != 0).collect())
     }
 
     /// Granite's embedding, residual and logit multipliers.

@@ -261,6 +261,9 @@ pub(crate) mod tests {
             yarn_beta_slow: 1.0,
             rope_yarn_log_mul: 0.0,
             attn_temperature: None,
+            rope_sections: [0; 4],
+            delta_net: None,
+            recurrent_layers: vec![false; 2],
         }
     }
 

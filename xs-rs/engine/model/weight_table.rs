@@ -42,6 +42,27 @@ pub enum TensorKind {
     RopeFreqs,
     RopeFactorsLong,
     RopeFactorsShort,
+    /// Gated delta-net layers: the fused Q/K/V input projection, the output
+    /// gate z, the convolution kernel, the decay bias and rate, the
+    /// projections of beta and alpha, the output norm and projection.
+    DeltaQkv,
+    DeltaGate,
+    SsmConv1d,
+    SsmDt,
+    SsmA,
+    SsmBeta,
+    SsmAlpha,
+    SsmNorm,
+    SsmOut,
+}
+
+/// The block of a layer a weight belongs to: a recurrent layer reads no
+/// attention weight and an attending layer no recurrent one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    Attention,
+    Recurrent,
+    Any,
 }
 
 impl TensorKind {
@@ -78,15 +99,36 @@ impl TensorKind {
             RopeFreqs => "rope_freqs",
             RopeFactorsLong => "rope_factors_long",
             RopeFactorsShort => "rope_factors_short",
+            DeltaQkv => "attn_qkv",
+            DeltaGate => "attn_gate",
+            SsmConv1d => "ssm_conv1d",
+            SsmDt => "ssm_dt",
+            SsmA => "ssm_a",
+            SsmBeta => "ssm_beta",
+            SsmAlpha => "ssm_alpha",
+            SsmNorm => "ssm_norm",
+            SsmOut => "ssm_out",
+        }
+    }
+
+    fn block(self) -> Block {
+        use TensorKind::*;
+        match self {
+            AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm => Block::Attention,
+            DeltaQkv | DeltaGate | SsmConv1d | SsmDt | SsmA | SsmBeta | SsmAlpha | SsmNorm | SsmOut => Block::Recurrent,
+            _ => Block::Any,
         }
     }
 
     /// The full GGUF name: `blk.N.stem.suffix` for layer tensors.
     pub fn name(self, il: Option<usize>, suffix: Suffix) -> String {
-        let suffix = suffix.as_str();
-        match il {
-            Some(il) => format!("blk.{il}.{}.{suffix}", self.stem()),
-            None => format!("{}.{suffix}", self.stem()),
+        let stem = match il {
+            Some(il) => format!("blk.{il}.{}", self.stem()),
+            None => self.stem().to_string(),
+        };
+        match suffix.as_str() {
+            "" => stem,
+            suffix => format!("{stem}.{suffix}"),
         }
     }
 }
@@ -96,6 +138,8 @@ impl TensorKind {
 pub enum Suffix {
     Weight,
     Bias,
+    /// No suffix (`blk.N.ssm_a`).
+    Bare,
 }
 
 impl Suffix {
@@ -103,6 +147,7 @@ impl Suffix {
         match self {
             Suffix::Weight => "weight",
             Suffix::Bias => "bias",
+            Suffix::Bare => "",
         }
     }
 }
@@ -171,13 +216,22 @@ pub enum Dim {
     FfShexp,
     /// One factor per rotated pair.
     RopePairs,
+    /// Gated delta-net layers: the convolution's width and channels, the
+    /// value heads, their total width, and one head's width.
+    ConvKernel,
+    ConvChannels,
+    ValueHeads,
+    ValueWidth,
+    DeltaHead,
 }
 
 impl Dim {
     pub fn size(self, spec: &ArchSpec, hp: &HParams) -> i64 {
-        let q = (hp.n_head * hp.head_dim_k) as i64;
+        // a gated attention's Q projection holds a gate beside each head
+        let q = (hp.n_head * hp.head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
         let k = hp.n_embd_k_gqa() as i64;
         let v = hp.n_embd_v_gqa() as i64;
+        let delta = hp.delta_net.as_ref();
         match self {
             Dim::Embd => hp.n_embd as i64,
             Dim::Vocab => hp.n_vocab as i64,
@@ -197,6 +251,11 @@ impl Dim {
             Dim::FfExp => hp.n_ff_exp as i64,
             Dim::FfShexp => hp.n_ff_shexp as i64,
             Dim::RopePairs => hp.n_rot as i64 / 2,
+            Dim::ConvKernel => delta.map_or(0, |d| d.d_conv as i64),
+            Dim::ConvChannels => delta.map_or(0, |d| d.conv_channels() as i64),
+            Dim::ValueHeads => delta.map_or(0, |d| d.n_v_heads as i64),
+            Dim::ValueWidth => delta.map_or(0, |d| d.value_dim() as i64),
+            Dim::DeltaHead => delta.map_or(0, |d| d.head_dim as i64),
         }
     }
 }
@@ -257,9 +316,15 @@ pub struct Conditions<'a> {
     pub spec: &'a ArchSpec,
     pub hp: &'a HParams,
     pub found: &'a Found,
+    /// The layer read (None for the model's own weights).
+    pub il: Option<usize>,
 }
 
 impl Conditions<'_> {
+    fn recurrent_layer(&self) -> bool {
+        self.il.is_some_and(|il| self.hp.is_recurrent(il))
+    }
+
     fn experts(&self) -> bool {
         self.hp.n_expert > 0
     }
@@ -302,13 +367,28 @@ pub struct WeightRow {
     pub scope: Scope,
     pub shape: &'static [Dim],
     pub op: WeightOp,
-    pub need: fn(&Conditions) -> Need,
+    need: fn(&Conditions) -> Need,
 }
 
 impl WeightRow {
     /// The GGUF name of this row's tensor (of layer `il` for a layer weight).
     pub fn file_name(&self, il: Option<usize>) -> String {
         self.file.name(il, self.suffix)
+    }
+
+    /// Whether the loader reads it, and must find it, in the scope that
+    /// `c` describes: the row's own rule, within the layer's kind of block.
+    pub fn need(&self, c: &Conditions) -> Need {
+        let in_block = match self.kind.block() {
+            Block::Attention => !c.recurrent_layer(),
+            Block::Recurrent => c.recurrent_layer(),
+            Block::Any => true,
+        };
+        if in_block {
+            (self.need)(c)
+        } else {
+            Skip
+        }
     }
 
     /// The name of the role it is read for.
@@ -331,7 +411,7 @@ const fn row(
 use Dim::*;
 use Need::{Optional, Required, Skip};
 use Scope::{AllLayers, Input, Layer};
-use Suffix::{Bias, Weight};
+use Suffix::{Bare, Bias, Weight};
 use TensorKind as K;
 use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
 
@@ -409,7 +489,21 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnKNorm, Weight, Layer, &[KWidth], Mul, |c| c.qk_norm(QkNorm::Whole)),
     row(K::AttnKNorm, Weight, Layer, &[HeadDimK, KvHeads], Mul, |c| c.qk_norm(QkNorm::EachHeadOptional)),
     row(K::AttnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
-    row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| c.ffn_norm()),
+    row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(!c.spec.ffn_norm_is_post_attention, c.ffn_norm())),
+    // Qwen3.5 keeps the FFN's input norm under the post-attention norm's name
+    WeightRow {
+        file: K::AttnPostNorm,
+        ..row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.ffn_norm_is_post_attention, Required))
+    },
+    row(K::DeltaQkv, Weight, Layer, &[Embd, ConvChannels], MulMat, |_| Required),
+    row(K::DeltaGate, Weight, Layer, &[Embd, ValueWidth], MulMat, |_| Required),
+    row(K::SsmConv1d, Weight, Layer, &[ConvKernel, ConvChannels], Mul, |_| Required),
+    row(K::SsmDt, Bias, Layer, &[ValueHeads], Add, |_| Required),
+    row(K::SsmA, Bare, Layer, &[ValueHeads], Mul, |_| Required),
+    row(K::SsmBeta, Weight, Layer, &[Embd, ValueHeads], MulMat, |_| Required),
+    row(K::SsmAlpha, Weight, Layer, &[Embd, ValueHeads], MulMat, |_| Required),
+    row(K::SsmNorm, Weight, Layer, &[DeltaHead], Mul, |_| Required),
+    row(K::SsmOut, Weight, Layer, &[ValueWidth, Embd], MulMat, |_| Required),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
 ];
 

@@ -45,6 +45,25 @@ pub struct AttnWeights {
     pub k_norm: Option<Tensor>, // [head_dim_k]
 }
 
+/// A gated delta-net layer's weights (Qwen3.5's linear attention).
+pub struct DeltaNetWeights {
+    pub qkv: Tensor,     // [n_embd, conv_channels]
+    pub gate: Tensor,    // [n_embd, value_dim]: z, the output gate
+    pub conv: Tensor,    // [d_conv, conv_channels]
+    pub dt_bias: Tensor, // [n_v_heads]
+    pub a: Tensor,       // [n_v_heads]: -exp(A_log)
+    pub beta: Tensor,    // [n_embd, n_v_heads]
+    pub alpha: Tensor,   // [n_embd, n_v_heads]
+    pub norm: Tensor,    // [head_dim]
+    pub out: Tensor,     // [value_dim, n_embd]
+}
+
+/// What mixes the tokens in a layer.
+pub enum Mixer {
+    Attention(AttnWeights),
+    DeltaNet(DeltaNetWeights),
+}
+
 /// Gated feed-forward weights of one layer.
 pub struct FfnWeights {
     /// [n_embd, n_ff]; None when ungated or when `up` holds gate and up (Phi-3).
@@ -76,7 +95,7 @@ pub struct LayerWeights {
     pub attn_norm_b: Option<Tensor>,
     /// Falcon-40B: the attention's own input norm (weight, bias).
     pub attn_norm_2: Option<(Tensor, Tensor)>,
-    pub attn: AttnWeights,
+    pub mixer: Mixer,
     pub attn_post_norm: Option<Tensor>, // [n_embd]
     pub ffn_norm: Option<Tensor>,       // [n_embd]
     pub ffn_norm_b: Option<Tensor>,
@@ -136,7 +155,7 @@ impl<'a> Loader<'a> {
     fn read_rows(&mut self, il: Option<usize>) -> Result<Found> {
         let mut found = Found::default();
         for row in WEIGHTS.iter().filter(|row| (row.scope == Scope::Layer) == il.is_some()) {
-            let need = (row.need)(&Conditions { spec: self.spec, hp: self.hp, found: &found });
+            let need = row.need(&Conditions { spec: self.spec, hp: self.hp, found: &found, il });
             if need == Need::Skip {
                 continue;
             }
@@ -334,6 +353,35 @@ impl ReadWeights<'_> {
 
     fn layer(&self) -> LayerWeights {
         use TensorKind::*;
+        let mixer = match self.weight(DeltaQkv) {
+            Some(qkv) => Mixer::DeltaNet(DeltaNetWeights {
+                qkv,
+                gate: self.required(DeltaGate),
+                conv: self.required(SsmConv1d),
+                dt_bias: self.bias(SsmDt).expect("a required tensor is found or refused"),
+                a: self.get(SsmA, Suffix::Bare).expect("a required tensor is found or refused"),
+                beta: self.required(SsmBeta),
+                alpha: self.required(SsmAlpha),
+                norm: self.required(SsmNorm),
+                out: self.required(SsmOut),
+            }),
+            None => Mixer::Attention(self.attention()),
+        };
+        LayerWeights {
+            attn_norm: self.weight(AttnNorm),
+            attn_norm_b: self.bias(AttnNorm),
+            attn_norm_2: self.weight(AttnNorm2).zip(self.bias(AttnNorm2)),
+            mixer,
+            attn_post_norm: self.weight(AttnPostNorm),
+            ffn_norm: self.weight(FfnNorm),
+            ffn_norm_b: self.bias(FfnNorm),
+            ffn: self.ffn(),
+            ffn_post_norm: self.weight(FfnPostNorm),
+        }
+    }
+
+    fn attention(&self) -> AttnWeights {
+        use TensorKind::*;
         let qkv = match self.weight(AttnQkv) {
             Some(wqkv) => QkvWeights::Fused { wqkv, bqkv: self.bias(AttnQkv) },
             None => QkvWeights::Separate {
@@ -345,7 +393,18 @@ impl ReadWeights<'_> {
                 bv: self.bias(AttnV),
             },
         };
-        let ffn = match self.weight(FfnGateInp) {
+        AttnWeights {
+            qkv,
+            wo: self.required(AttnOut),
+            bo: self.bias(AttnOut),
+            q_norm: self.weight(AttnQNorm),
+            k_norm: self.weight(AttnKNorm),
+        }
+    }
+
+    fn ffn(&self) -> Ffn {
+        use TensorKind::*;
+        match self.weight(FfnGateInp) {
             Some(gate_inp) => Ffn::Moe(MoeWeights {
                 gate_inp,
                 gate_exps: self.weight(FfnGateExps),
@@ -369,23 +428,6 @@ impl ReadWeights<'_> {
                 up_b: self.bias(FfnUp),
                 down_b: self.bias(FfnDown),
             }),
-        };
-        LayerWeights {
-            attn_norm: self.weight(AttnNorm),
-            attn_norm_b: self.bias(AttnNorm),
-            attn_norm_2: self.weight(AttnNorm2).zip(self.bias(AttnNorm2)),
-            attn: AttnWeights {
-                qkv,
-                wo: self.required(AttnOut),
-                bo: self.bias(AttnOut),
-                q_norm: self.weight(AttnQNorm),
-                k_norm: self.weight(AttnKNorm),
-            },
-            attn_post_norm: self.weight(AttnPostNorm),
-            ffn_norm: self.weight(FfnNorm),
-            ffn_norm_b: self.bias(FfnNorm),
-            ffn,
-            ffn_post_norm: self.weight(FfnPostNorm),
         }
     }
 }
@@ -410,22 +452,35 @@ impl ModelWeights {
                 attn_norm: o(l.attn_norm),
                 attn_norm_b: o(l.attn_norm_b),
                 attn_norm_2: l.attn_norm_2.map(|(w, b)| (t(w), t(b))),
-                attn: AttnWeights {
-                    qkv: match &l.attn.qkv {
-                        QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => QkvWeights::Separate {
-                            wq: t(*wq),
-                            wk: t(*wk),
-                            wv: t(*wv),
-                            bq: o(*bq),
-                            bk: o(*bk),
-                            bv: o(*bv),
+                mixer: match &l.mixer {
+                    Mixer::Attention(a) => Mixer::Attention(AttnWeights {
+                        qkv: match &a.qkv {
+                            QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => QkvWeights::Separate {
+                                wq: t(*wq),
+                                wk: t(*wk),
+                                wv: t(*wv),
+                                bq: o(*bq),
+                                bk: o(*bk),
+                                bv: o(*bv),
+                            },
+                            QkvWeights::Fused { wqkv, bqkv } => QkvWeights::Fused { wqkv: t(*wqkv), bqkv: o(*bqkv) },
                         },
-                        QkvWeights::Fused { wqkv, bqkv } => QkvWeights::Fused { wqkv: t(*wqkv), bqkv: o(*bqkv) },
-                    },
-                    wo: t(l.attn.wo),
-                    bo: o(l.attn.bo),
-                    q_norm: o(l.attn.q_norm),
-                    k_norm: o(l.attn.k_norm),
+                        wo: t(a.wo),
+                        bo: o(a.bo),
+                        q_norm: o(a.q_norm),
+                        k_norm: o(a.k_norm),
+                    }),
+                    Mixer::DeltaNet(d) => Mixer::DeltaNet(DeltaNetWeights {
+                        qkv: t(d.qkv),
+                        gate: t(d.gate),
+                        conv: t(d.conv),
+                        dt_bias: t(d.dt_bias),
+                        a: t(d.a),
+                        beta: t(d.beta),
+                        alpha: t(d.alpha),
+                        norm: t(d.norm),
+                        out: t(d.out),
+                    }),
                 },
                 attn_post_norm: o(l.attn_post_norm),
                 ffn_norm: o(l.ffn_norm),
