@@ -112,11 +112,12 @@ impl LogitsSource for CachedRunner<'_> {
             return self.cache.resize(n);
         }
         // a recurrent state between checkpoints: back to the last one
-        // before `n`, then the tokens after it again
+        // before `n`, then the tokens after it again, one at a time as
+        // decoding (and exact speculative verification) computed them
         let again = self.cache.tokens()[keep..n].to_vec();
         self.cache.resize(keep)?;
         let mut logits = Vec::new();
-        self.forward(&again, &mut logits)
+        again.chunks(1).try_for_each(|token| self.forward(token, &mut logits))
     }
     fn reusable(&self, n: usize) -> usize {
         self.cache.restorable(n)

@@ -68,11 +68,17 @@ pub trait BatchSource: LogitsSource {
     /// Appends `tokens` to the context and passes each token's logits (the
     /// distribution of the token after it) to `each`, in order.
     fn forward_each(&mut self, tokens: &[i32], each: &mut dyn FnMut(&[f32]) -> Result<()>) -> Result<()>;
+    /// Marks the current context as one to come back to after a rejection
+    /// (a recurrent model's checkpoint; nothing otherwise).
+    fn checkpoint(&mut self) {}
 }
 
 impl BatchSource for CachedRunner<'_> {
     fn forward_each(&mut self, tokens: &[i32], each: &mut dyn FnMut(&[f32]) -> Result<()>) -> Result<()> {
         self.runner.forward_rows(self.cache, tokens, Head::Logits, self.pool.as_deref_mut(), self.overrides, each)
+    }
+    fn checkpoint(&mut self) {
+        self.cache.checkpoint();
     }
 }
 
@@ -223,8 +229,16 @@ impl Decoder {
         Ok(())
     }
 
-    pub fn exact(&mut self, exact: bool) {
-        self.rows_per_pass = if exact { ONE_ROW_KERNEL_ROWS } else { MAX_K + 1 };
+    /// A main model with recurrent layers (`recurrent`) is verified one row
+    /// per pass when exact: its recurrent layers' small projections round
+    /// a few rows otherwise than one, so only single rows give the decode
+    /// steps' numbers.
+    pub fn exact(&mut self, exact: bool, recurrent: bool) {
+        self.rows_per_pass = match (exact, recurrent) {
+            (false, _) => MAX_K + 1,
+            (true, false) => ONE_ROW_KERNEL_ROWS,
+            (true, true) => 1,
+        };
     }
 
     /// Up to `n` tokens drafted after `context` (which is not empty); their
@@ -332,6 +346,8 @@ impl Decoder {
             batch.push(last);
         }
         batch.extend_from_slice(proposal);
+        // where rejected drafts roll back to
+        main.checkpoint();
         for group in batch.chunks(self.rows_per_pass) {
             if next.is_some() {
                 break;
@@ -715,7 +731,7 @@ impl Speculative {
         let options = SamplerOptions { seed: seed.or(self.options.sampler.seed), ..self.options.sampler.clone() };
         let vocab = self.main.runner.model().vocab().ok();
         let mut decoder = Decoder::new(&options, vocab.as_deref())?;
-        decoder.exact(self.options.exact);
+        decoder.exact(self.options.exact, self.main.runner.hparams().has_recurrent());
         Ok(decoder)
     }
 

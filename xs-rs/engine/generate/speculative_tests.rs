@@ -109,7 +109,7 @@ fn spec_with(
     k: usize,
 ) -> (Vec<i32>, Stats) {
     let mut decoder = Decoder::new(options, None).unwrap();
-    decoder.exact(exact);
+    decoder.exact(exact, false);
     let mut stats = Stats::default();
     let (out, _) =
         generate::<Error>(&mut decoder, main, drafter, Some(&Eog(false)), prompt, max, k, &mut stats, &mut |_, _| {
