@@ -4,7 +4,8 @@ use Test::More;
 use File::Temp qw(tempdir);
 use lib 't/lib';
 use LughTest qw(arch_models);
-use LughTestInference qw(reference_cases reference_variants check_reference_case check_cross_variant_case);
+use LughTestInference qw(reference_cases reference_variants check_reference_case check_split_case
+    check_cross_variant_case);
 use Lugh;
 
 # Every architecture row against llama.cpp b11434 (issue #12), on tiny
@@ -15,7 +16,8 @@ use Lugh;
 # expected outputs (t/data/reference/VARIANT/arch.CASE.fa-on|off.jsonl) come
 # from bench/make-arch-reference. Where this build's kernel variant has them:
 # top-20 logits within 0.05 and the 16-token greedy continuation identical;
-# else the cross-variant comparison of t/50_parity.t.
+# else the cross-variant comparison of t/50_parity.t. The same, from a cache
+# that holds the first half of the prompt, against llama.cpp's two calls.
 
 my $dir = tempdir(CLEANUP => 1);
 my $models = arch_models($dir, 1);
@@ -59,6 +61,23 @@ for my $name (sort keys %$models) {
                 $name, $model->architecture, $fa, $variant, $worst);
         }
     }
+    # A cache holding half the prompt continued as llama.cpp continues its
+    # own (its batched and cached paths round otherwise than one call: the
+    # same must happen here). This build's kernel variant only.
+    my @split = reference_cases('arch-split', $name, 'off', $own);
+    if (!@split) {
+        diag("$name: no half-prompt reference for this build's kernel variant ($own)");
+        next;
+    }
+    my $inference = Lugh::Inference->new(model => $model, n_ctx => 256, n_threads => 2, flash_attn => 0);
+    my $worst = 0;
+    for my $case (@split) {
+        (my $short = substr($case->{prompt}, 0, 20)) =~ s/\n/\\n/g;
+        my $diff = check_split_case($inference, $tokenizer, $case, "$name half-prompt cache '$short'", 0.05, 16);
+        $worst = $diff if $diff > $worst;
+    }
+    diag(sprintf "%-20s %-8s half-prompt cache: worst top-20 logit difference %.5f",
+        $name, $model->architecture, $worst);
 }
 diag('architectures covered: ' . join ' ', sort keys %seen_arch);
 is_deeply([ sort keys %seen_arch ], [ sort(Lugh::supported_architectures()) ],

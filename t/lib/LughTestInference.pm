@@ -11,7 +11,7 @@ use File::Spec;
 use LughTest qw(require_model reference_dir read_jsonl model_path @TEST_MODELS);
 
 our @EXPORT_OK = qw(smollm2 argmax max_abs_diff reference_cases reference_variants check_reference_case
-    check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear
+    check_split_case check_cross_variant_case run_parity_set for_each_test_model check_rollback_and_clear
     check_cache_spellings check_overflow_refused);
 
 # (Lugh::Model, Lugh::Inference) for SmolLM2-135M, 2 threads; extra options
@@ -247,6 +247,33 @@ sub check_reference_case {
     # ended by an end-of-generation token (which generate drops), perhaps at the last place
     pop @expected if @expected < $n_greedy || ($tokenizer && @expected && $tokenizer->is_eog($expected[-1]));
     my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => $n_greedy, %{ $call // {} });
+    Test::More::is_deeply(\@greedy, \@expected, "$label: $n_greedy-token greedy continuation identical");
+    return $diff;
+}
+
+# check_reference_case for a case of an arch-split set: the prompt's first
+# half goes into a cache in one call, the rest in a second (the logits after
+# it within $tolerance of llama.cpp's), and greedy generation continuing a
+# cache that holds the first half gives llama.cpp's tokens.
+sub check_split_case {
+    my ($inference, $tokenizer, $case, $label, $tolerance, $n_greedy) = @_;
+    require Test::More;
+    my @tokens = @{ $case->{tokens} };
+    my $half = int(@tokens / 2);
+    my $with_half = sub {
+        my $cache = $inference->create_kv_cache;
+        $inference->forward(tokens => [ @tokens[ 0 .. $half - 1 ] ], cache => $cache) if $half;
+        return $cache;
+    };
+    my @logits = $inference->forward(tokens => [ @tokens[ $half .. $#tokens ] ], cache => $with_half->());
+    my $diff = max(map { abs($logits[ $_->[0] ] - $_->[1]) } @{ $case->{top} });
+    Test::More::cmp_ok($diff, '<=', $tolerance,
+        "$label: top-20 logits after the second half within $tolerance (max diff " . sprintf('%.4f', $diff) . ')');
+    my @expected = @{ $case->{greedy} };
+    pop @expected if @expected < $n_greedy || (@expected && $tokenizer->is_eog($expected[-1]));
+    my @greedy = $inference->generate(\@tokens, greedy => 1, max_tokens => $n_greedy, cache => $with_half->(),
+        stats => \my %stats);
+    Test::More::is($stats{n_reused}, $half, "$label: the cached half reused");
     Test::More::is_deeply(\@greedy, \@expected, "$label: $n_greedy-token greedy continuation identical");
     return $diff;
 }

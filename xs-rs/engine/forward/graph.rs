@@ -17,7 +17,7 @@ use crate::engine::model::arch::{Activation, ArchSpec, HParams};
 use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
-    AttnWeights, DeltaNetWeights, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights, QkvWeights,
+    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights, QkvWeights,
 };
 use crate::engine::{Error, Result};
 use std::sync::Arc;
@@ -765,10 +765,24 @@ impl Builder<'_, '_> {
         g.expand(weights);
 
         let cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
-        let up = g.mul_mat_id(w.up_exps, cur, selected); // [n_ff_exp, n_used, n]
-        let act = match (w.gate_exps, self.bp.spec.act) {
-            (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat_id(gate, cur, selected), up),
-            (Some(gate), Activation::GeGlu | Activation::Gelu) => g.geglu_split(g.mul_mat_id(gate, cur, selected), up),
+        let (gate, up) = match w.up_exps {
+            ExpertsUp::Up(up_exps) => {
+                let up = g.mul_mat_id(up_exps, cur, selected); // [n_ff_exp, n_used, n]
+                (w.gate_exps.map(|gate| g.mul_mat_id(gate, cur, selected)), up)
+            }
+            ExpertsUp::GateUp(fused) => {
+                // one product, then the gate and up halves as views (llama.cpp's merged path)
+                let both = g.mul_mat_id(fused, cur, selected); // [2 * n_ff_exp, n_used, n]
+                let ne = both.ne();
+                let nb = [both.nb()[1], both.nb()[2]];
+                let half = ne[0] / 2;
+                let up = g.view_3d(both, [half, ne[1], ne[2]], nb, half as usize * both.nb()[0]);
+                (Some(g.view_3d(both, [half, ne[1], ne[2]], nb, 0)), up)
+            }
+        };
+        let act = match (gate, self.bp.spec.act) {
+            (Some(gate), Activation::SwiGlu) => g.swiglu_split(gate, up),
+            (Some(gate), Activation::GeGlu | Activation::Gelu) => g.geglu_split(gate, up),
             (None, _) => g.silu(up),
         };
         let experts = g.mul(g.mul_mat_id(w.down_exps, act, selected), weights); // [n_embd, n_used, n]
@@ -790,12 +804,23 @@ impl Builder<'_, '_> {
             out = g.cont(out);
         }
         if let Some((gate_inp, shared)) = &w.shared {
-            let gate_logit = self.mm(*gate_inp, x); // [1, n]
-            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
-            let shared_out = g.mul(self.ffn(x, shared, il), gate);
-            out = g.add(out, shared_out);
+            let shared_out = self.ffn(x, shared, il);
+            let gate = self.shared_expert_gate(self.mm(*gate_inp, x)); // [1, n]
+            out = g.add(out, g.mul(shared_out, gate));
         }
         out
+    }
+
+    /// The shared expert's weight per token from its gate's logit: ggml's
+    /// sigmoid (Qwen3.5-MoE), or silu(x) / x as llama.cpp's Qwen2-MoE graph
+    /// computes it.
+    fn shared_expert_gate(&self, logit: Tensor) -> Tensor {
+        let g = self.g;
+        if self.bp.spec.shared_gate_sigmoid {
+            g.sigmoid(logit)
+        } else {
+            g.div(g.silu(logit), logit)
+        }
     }
 }
 
@@ -835,12 +860,20 @@ impl Builder<'_, '_> {
         };
         let mut out: Option<Tensor> = None;
         for e in 0..n_expert {
-            let up = g.mul_mat(expert(w.up_exps, e), x);
-            let act = match (w.gate_exps, self.bp.spec.act) {
-                (Some(gate), Activation::SwiGlu) => g.swiglu_split(g.mul_mat(expert(gate, e), x), up),
-                (Some(gate), Activation::GeGlu | Activation::Gelu) => {
-                    g.mul(self.gelu(g.mul_mat(expert(gate, e), x)), up)
+            let (gate, up) = match w.up_exps {
+                ExpertsUp::Up(up_exps) => {
+                    (w.gate_exps.map(|gate| g.mul_mat(expert(gate, e), x)), g.mul_mat(expert(up_exps, e), x))
                 }
+                ExpertsUp::GateUp(fused) => {
+                    let both = g.mul_mat(expert(fused, e), x); // [2 * n_ff_exp, n]
+                    let (half, nb1) = (both.ne()[0] / 2, both.nb()[1]);
+                    let gate = g.cont(g.view_2d(both, [half, n], nb1, 0));
+                    (Some(gate), g.cont(g.view_2d(both, [half, n], nb1, half as usize * both.nb()[0])))
+                }
+            };
+            let act = match (gate, self.bp.spec.act) {
+                (Some(gate), Activation::SwiGlu) => g.swiglu_split(gate, up),
+                (Some(gate), Activation::GeGlu | Activation::Gelu) => g.mul(self.gelu(gate), up),
                 (None, _) => g.silu(up),
             };
             let y = g.mul_mat(expert(w.down_exps, e), act); // [n_embd, n]
@@ -853,8 +886,7 @@ impl Builder<'_, '_> {
         }
         let mut out = out.expect("at least one expert");
         if let Some((gate_inp, shared)) = &w.shared {
-            let gate_logit = self.mm(*gate_inp, x); // [1, n]
-            let gate = g.div(g.silu(gate_logit), gate_logit); // sigmoid, as llama.cpp computes it
+            let gate = self.shared_expert_gate(self.mm(*gate_inp, x)); // [1, n]
             let shared_out = g.mul(self.ffn(x, shared, il), g.repeat(gate, out));
             out = g.add(out, shared_out);
         }

@@ -211,6 +211,9 @@ pub struct ArchSpec {
     pub gated_attention: bool,
     /// The FFN's input norm is stored as `post_attention_norm` (Qwen3.5).
     pub ffn_norm_is_post_attention: bool,
+    /// The shared expert's gate is ggml's sigmoid (Qwen3.5-MoE) rather than
+    /// silu(x) / x (Qwen2-MoE's graph).
+    pub shared_gate_sigmoid: bool,
     /// The output rows are picked after the final norm rather than after
     /// the last layer's attention (Qwen3.5's graph; the same values, but
     /// the last FFN then runs over every row, as its kernels round).
@@ -249,6 +252,7 @@ const LLAMA: ArchSpec = ArchSpec {
     recurrent: Recurrent::None,
     gated_attention: false,
     ffn_norm_is_post_attention: false,
+    shared_gate_sigmoid: false,
     outputs_after_norm: false,
 };
 
@@ -400,20 +404,29 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..LLAMA
     },
     ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
+    QWEN35,
     ArchSpec {
-        name: "qwen35",
-        rope: Rope::MultiInterleaved,
-        out_bias: false,
-        qk_norm: QkNorm::PerHead,
-        experts: Experts::None,
-        rope_factors: RopeFactors::None,
-        recurrent: Recurrent::GatedDeltaNet,
-        gated_attention: true,
-        ffn_norm_is_post_attention: true,
-        outputs_after_norm: true,
-        ..LLAMA
+        name: "qwen35moe",
+        experts: Experts::Always { renormalize: true, shared: true },
+        shared_gate_sigmoid: true,
+        ..QWEN35
     },
 ];
+
+/// Qwen3.5, which its MoE variant changes.
+const QWEN35: ArchSpec = ArchSpec {
+    name: "qwen35",
+    rope: Rope::MultiInterleaved,
+    out_bias: false,
+    qk_norm: QkNorm::PerHead,
+    experts: Experts::None,
+    rope_factors: RopeFactors::None,
+    recurrent: Recurrent::GatedDeltaNet,
+    gated_attention: true,
+    ffn_norm_is_post_attention: true,
+    outputs_after_norm: true,
+    ..LLAMA
+};
 
 /// The row for `name`, or an error naming the file (`path`), the
 /// architecture and the supported ones.

@@ -34,6 +34,8 @@ pub enum TensorKind {
     FfnGateInp,
     FfnGateExps,
     FfnUpExps,
+    /// Gate and up of every expert in one tensor, gate first (Qwen3.5-MoE).
+    FfnGateUpExps,
     FfnDownExps,
     FfnGateInpShexp,
     FfnGateShexp,
@@ -91,6 +93,7 @@ impl TensorKind {
             FfnGateInp => "ffn_gate_inp",
             FfnGateExps => "ffn_gate_exps",
             FfnUpExps => "ffn_up_exps",
+            FfnGateUpExps => "ffn_gate_up_exps",
             FfnDownExps => "ffn_down_exps",
             FfnGateInpShexp => "ffn_gate_inp_shexp",
             FfnGateShexp => "ffn_gate_shexp",
@@ -213,6 +216,8 @@ pub enum Dim {
     KvHeads,
     ExpertCount,
     FfExp,
+    /// Gate and up of an expert side by side.
+    FfExpTwice,
     FfShexp,
     /// One factor per rotated pair.
     RopePairs,
@@ -249,6 +254,7 @@ impl Dim {
             Dim::KvHeads => hp.n_head_kv as i64,
             Dim::ExpertCount => hp.n_expert as i64,
             Dim::FfExp => hp.n_ff_exp as i64,
+            Dim::FfExpTwice => 2 * hp.n_ff_exp as i64,
             Dim::FfShexp => hp.n_ff_shexp as i64,
             Dim::RopePairs => hp.n_rot as i64 / 2,
             Dim::ConvKernel => delta.map_or(0, |d| d.d_conv as i64),
@@ -456,11 +462,20 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::FfnUpShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
     row(K::FfnDownShexp, Weight, Layer, &[FfShexp, Embd], MulMat, shared_expert),
     row(K::FfnGateInp, Weight, Layer, &[Embd, ExpertCount], MulMat, |c| Need::when(c.experts(), Required)),
+    // llama.cpp's create_tensor_gate_up_exps: the fused pair if the file has it
+    row(K::FfnGateUpExps, Weight, Layer, &[Embd, FfExpTwice, ExpertCount], MulMatId, |c| {
+        Need::when(c.experts(), Optional)
+    }),
     // llama's experts may lack a gate (then silu(up))
     row(K::FfnGateExps, Weight, Layer, &[Embd, FfExp, ExpertCount], MulMatId, |c| {
-        Need::when(c.experts(), Need::optional_if(c.spec.experts == Experts::WhenCounted))
+        Need::when(
+            c.experts() && !c.found.has(K::FfnGateUpExps),
+            Need::optional_if(c.spec.experts == Experts::WhenCounted),
+        )
     }),
-    row(K::FfnUpExps, Weight, Layer, &[Embd, FfExp, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
+    row(K::FfnUpExps, Weight, Layer, &[Embd, FfExp, ExpertCount], MulMatId, |c| {
+        Need::when(c.experts() && !c.found.has(K::FfnGateUpExps), Required)
+    }),
     row(K::FfnDownExps, Weight, Layer, &[FfExp, Embd, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
     row(K::FfnGate, Weight, Layer, &[Embd, Ff], MulMat, |c| {
         Need::when(!c.experts() && c.spec.act != Activation::Gelu && !c.spec.fused_ffn_up, Required)

@@ -78,10 +78,20 @@ pub struct FfnWeights {
 pub struct MoeWeights {
     pub gate_inp: Tensor,          // [n_embd, n_expert]
     pub gate_exps: Option<Tensor>, // [n_embd, n_ff_exp, n_expert]
-    pub up_exps: Tensor,           // [n_embd, n_ff_exp, n_expert]
-    pub down_exps: Tensor,         // [n_ff_exp, n_embd, n_expert]
+    /// [n_embd, n_ff_exp, n_expert], or gate and up fused [n_embd, 2 * n_ff_exp, n_expert]
+    pub up_exps: ExpertsUp,
+    pub down_exps: Tensor, // [n_ff_exp, n_embd, n_expert]
     /// A shared expert, gated per token by sigmoid(gate_inp · x) (Qwen2-MoE).
     pub shared: Option<(Tensor, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
+}
+
+/// The experts' up projection, alone or fused with their gate.
+#[derive(Clone, Copy)]
+pub enum ExpertsUp {
+    Up(Tensor),
+    /// Each expert's gate rows, then its up rows (Qwen3.5-MoE's
+    /// ffn_gate_up_exps); then MoeWeights::gate_exps is None.
+    GateUp(Tensor),
 }
 
 /// The feed-forward block of a layer.
@@ -408,7 +418,10 @@ impl ReadWeights<'_> {
             Some(gate_inp) => Ffn::Moe(MoeWeights {
                 gate_inp,
                 gate_exps: self.weight(FfnGateExps),
-                up_exps: self.required(FfnUpExps),
+                up_exps: match self.weight(FfnGateUpExps) {
+                    Some(fused) => ExpertsUp::GateUp(fused),
+                    None => ExpertsUp::Up(self.required(FfnUpExps)),
+                },
                 down_exps: self.required(FfnDownExps),
                 shared: self.weight(FfnGateInpShexp).map(|shexp_gate| {
                     let shexp = FfnWeights {
@@ -490,7 +503,10 @@ impl ModelWeights {
                     Ffn::Moe(m) => Ffn::Moe(MoeWeights {
                         gate_inp: t(m.gate_inp),
                         gate_exps: o(m.gate_exps),
-                        up_exps: t(m.up_exps),
+                        up_exps: match m.up_exps {
+                            ExpertsUp::Up(up) => ExpertsUp::Up(t(up)),
+                            ExpertsUp::GateUp(fused) => ExpertsUp::GateUp(t(fused)),
+                        },
                         down_exps: t(m.down_exps),
                         shared: m.shared.as_ref().map(|(g, f)| (t(*g), ffn(f))),
                     }),
