@@ -1,5 +1,6 @@
-# A model with recurrent layers (qwen35: gated delta-net layers beside
-# attention, issue #36) and everything built on the KV cache: a recurrent
+# Models with recurrent layers (qwen35: gated delta-net layers beside
+# attention; lfm2: short convolutions beside attention; issue #36) and
+# everything built on the KV cache: a recurrent
 # state cannot be cut back, so the cache keeps checkpoints and rolls back
 # only to them. Greedy continuations must not depend on how the context got
 # into the cache: a cached prefix, chat turns reusing the cache, a saved and
@@ -14,119 +15,123 @@ use LughTest qw(arch_models croaks_like);
 use Lugh;
 
 my $dir = tempdir(CLEANUP => 1);
-my $models = arch_models($dir, 1, 'qwen35');
+my $models = arch_models($dir, 1, 'qwen35', 'lfm2');
 plan skip_all => $models unless ref $models;
-
-my $model = Lugh::Model->new(model => $models->{qwen35});
-my $tokenizer = Lugh::Tokenizer->new(model => $model);
 my %GREEDY = (greedy => 1, max_tokens => 12);
 
-my @first = $tokenizer->encode('Once upon a time, in a small village by the sea, there lived');
-my @second = $tokenizer->encode(' an old fisherman who went out every morning');
+for my $name (qw(qwen35 lfm2)) {
+    my $model = Lugh::Model->new(model => $models->{$name});
+    my $tokenizer = Lugh::Tokenizer->new(model => $model);
 
-for my $fa (0, 1) {
-    my $inference = Lugh::Inference->new(model => $model, n_ctx => 256, n_threads => 2, flash_attn => $fa);
-    my $one_shot = sub { scalar $inference->generate([@_], %GREEDY) };
+    my @first = $tokenizer->encode('Once upon a time, in a small village by the sea, there lived');
+    my @second = $tokenizer->encode(' an old fisherman who went out every morning');
 
-    subtest "fa $fa: a cached prefix continues as one-shot" => sub {
-        my $cache = $inference->create_kv_cache;
-        $inference->generate(\@first, %GREEDY, max_tokens => 1, cache => $cache);
-        my @whole = (@first, @second);
-        my $got = $inference->generate(\@whole, %GREEDY, cache => $cache, stats => \my %stats);
-        is_deeply($got, $one_shot->(@whole), 'the same tokens as one-shot generation');
-        is($stats{n_reused}, scalar @first, 'the first part came from the cache (its end is a checkpoint)');
+    for my $fa (0, 1) {
+        my $inference = Lugh::Inference->new(model => $model, n_ctx => 256, n_threads => 2, flash_attn => $fa);
+        my $one_shot = sub { scalar $inference->generate([@_], %GREEDY) };
 
-        # a prompt that leaves the cache inside a decoded stretch: back to the
-        # last checkpoint, the rest evaluated again
-        my @branch = (@whole, @$got[ 0 .. 3 ], $tokenizer->encode(' and then'));
-        my $branched = $inference->generate(\@branch, %GREEDY, cache => $cache, stats => \%stats);
-        is_deeply($branched, $one_shot->(@branch), 'a branch inside the decoded tokens: as one-shot');
-        is($stats{n_reused}, scalar @whole, 'reused up to the checkpoint at the prompt end');
-    };
+        subtest "$name fa $fa: a cached prefix continues as one-shot" => sub {
+            my $cache = $inference->create_kv_cache;
+            $inference->generate(\@first, %GREEDY, max_tokens => 1, cache => $cache);
+            my @whole = (@first, @second);
+            my $got = $inference->generate(\@whole, %GREEDY, cache => $cache, stats => \my %stats);
+            is_deeply($got, $one_shot->(@whole), 'the same tokens as one-shot generation');
+            is($stats{n_reused}, scalar @first, 'the first part came from the cache (its end is a checkpoint)');
 
-    subtest "fa $fa: rollback only to checkpoints" => sub {
-        my $cache = $inference->create_kv_cache;
-        $inference->forward(tokens => \@first, cache => $cache);
-        $inference->forward(tokens => [ $second[0] ], cache => $cache);
-        $inference->forward(tokens => [ $second[1] ], cache => $cache);
-        my $n = $cache->n_cached;
-        croaks_like(sub { $cache->resize($n - 1) },
-            qr/cannot roll the cache back to ${\($n - 1)} positions: this model's recurrent layers keep one state.*positions \[0, ${\scalar @first}, $n\]/,
-            'between checkpoints: croaks, naming where it can go');
-        is($cache->n_cached, $n, 'and changes nothing');
-        $cache->resize(scalar @first);
-        is($cache->n_cached, scalar @first, 'to a checkpoint');
-        my @after = $inference->forward(tokens => [ $second[0] ], cache => $cache);
-        my @fresh = $inference->forward(tokens => [ @first, $second[0] ]);
-        my $diff = 0;
-        for my $i (0 .. $#after) { my $d = abs($after[$i] - $fresh[$i]); $diff = $d if $d > $diff }
-        cmp_ok($diff, '<', 1e-3, "continuing from the restored checkpoint gives the one-shot logits ($diff)");
-        $cache->resize(0);
-        is($cache->n_cached, 0, 'to the start');
-    };
+            # a prompt that leaves the cache inside a decoded stretch: back to the
+            # last checkpoint, the rest evaluated again
+            my @branch = (@whole, @$got[ 0 .. 3 ], $tokenizer->encode(' and then'));
+            my $branched = $inference->generate(\@branch, %GREEDY, cache => $cache, stats => \%stats);
+            is_deeply($branched, $one_shot->(@branch), 'a branch inside the decoded tokens: as one-shot');
+            is($stats{n_reused}, scalar @whole, 'reused up to the checkpoint at the prompt end');
+        };
 
-    subtest "fa $fa: chat turns reuse the cache and equal one-shot" => sub {
-        my $chat = Lugh::Chat->new(inference => $inference, %GREEDY);
-        my @questions = ('What is the capital of France?', 'And of Germany?', 'Which is larger?');
-        for my $turn (1 .. @questions) {
-            my $reply = $chat->ask($questions[ $turn - 1 ]);
-            my $s = $chat->stats;
-            my @history = $chat->messages;
-            pop @history;
-            is($reply, $inference->chat(messages => \@history, %GREEDY), "turn $turn: as one-shot");
-            cmp_ok($s->{n_reused}, '>', 0, "turn $turn: the cache reused ($s->{n_reused} of $s->{n_prompt})")
-                if $turn > 1;
-        }
-    };
-
-    subtest "fa $fa: a saved cache continues as the one it was saved from" => sub {
-        my $cache = $inference->create_kv_cache;
-        my $reply = $inference->generate(\@first, %GREEDY, cache => $cache);
-        my $file = "$dir/qwen35-fa$fa.kv";
-        $cache->save($file);
-        my @next = (@first, @$reply, @second);
-        my $loaded = Lugh::KVCache->load($file, inference => $inference);
-        is_deeply([ $loaded->tokens ], [ $cache->tokens ], 'the tokens come back');
-        my $saved_at = $loaded->n_cached;
-        my $from_loaded = $inference->generate(\@next, %GREEDY, cache => $loaded, stats => \my %stats);
-        my $from_saved = $inference->generate(\@next, %GREEDY, cache => $cache);
-        is_deeply($from_loaded, $from_saved, 'the loaded cache continues as the saved one');
-        is($stats{n_reused}, $saved_at, 'from where it was saved');
-        is_deeply($from_loaded, $one_shot->(@next), 'and as one-shot');
-    };
-
-    subtest "fa $fa: several caches in one batch" => sub {
-        my @sequences = (\@first, \@second, [ @second, @first ]);
-        my @caches = map { $inference->create_kv_cache } @sequences;
-        my $rows = $inference->forward_batch(sequences => \@sequences, caches => \@caches);
-        for my $i (0 .. $#sequences) {
-            my @alone = $inference->forward(tokens => $sequences[$i]);
+        subtest "$name fa $fa: rollback only to checkpoints" => sub {
+            my $cache = $inference->create_kv_cache;
+            $inference->forward(tokens => \@first, cache => $cache);
+            $inference->forward(tokens => [ $second[0] ], cache => $cache);
+            $inference->forward(tokens => [ $second[1] ], cache => $cache);
+            my $n = $cache->n_cached;
+            my $where = 'positions [0, ' . scalar(@first) . ", $n]";
+            croaks_like(sub { $cache->resize($n - 1) },
+                qr/cannot roll the cache back to ${\($n - 1)} positions: this model's recurrent layers .*\Q$where\E/,
+                'between checkpoints: croaks, naming where it can go');
+            is($cache->n_cached, $n, 'and changes nothing');
+            $cache->resize(scalar @first);
+            is($cache->n_cached, scalar @first, 'to a checkpoint');
+            my @after = $inference->forward(tokens => [ $second[0] ], cache => $cache);
+            my @fresh = $inference->forward(tokens => [ @first, $second[0] ]);
             my $diff = 0;
-            for my $j (0 .. $#alone) { my $d = abs($rows->[$i][$j] - $alone[$j]); $diff = $d if $d > $diff }
-            cmp_ok($diff, '<', 1e-3, "sequence $i: as alone ($diff)");
-            is($caches[$i]->n_cached, scalar @{ $sequences[$i] }, "sequence $i: its own cache");
-        }
-    };
+            for my $i (0 .. $#after) { my $d = abs($after[$i] - $fresh[$i]); $diff = $d if $d > $diff }
+            cmp_ok($diff, '<', 1e-3, "continuing from the restored checkpoint gives the one-shot logits ($diff)");
+            $cache->resize(0);
+            is($cache->n_cached, 0, 'to the start');
+        };
 
-    subtest "fa $fa: speculative decoding equals greedy decoding" => sub {
-        # a repeated prompt, so that the n-gram draft finds what to propose
-        my @prompt = (@first, @second, @first, @second);
-        my $plain = $one_shot->(@prompt);
-        for my $draft ($inference, 'ngram') {
-            my $spec = Lugh::Speculative->new(inference => $inference, draft => $draft, k => 4, greedy => 1);
-            my $got = $spec->generate(\@prompt, $GREEDY{max_tokens});
-            my $kind = ref $draft ? 'model' : 'ngram';
-            is_deeply($got, $plain, "$kind draft: the tokens of greedy decoding");
-            cmp_ok($spec->tokens_drafted, '>', 0, "$kind draft: tokens were drafted");
-        }
-    };
+        subtest "$name fa $fa: chat turns reuse the cache and equal one-shot" => sub {
+            my $chat = Lugh::Chat->new(inference => $inference, %GREEDY);
+            my @questions = ('What is the capital of France?', 'And of Germany?', 'Which is larger?');
+            for my $turn (1 .. @questions) {
+                my $reply = $chat->ask($questions[ $turn - 1 ]);
+                my $s = $chat->stats;
+                my @history = $chat->messages;
+                pop @history;
+                is($reply, $inference->chat(messages => \@history, %GREEDY), "turn $turn: as one-shot");
+                cmp_ok($s->{n_reused}, '>', 0, "turn $turn: the cache reused ($s->{n_reused} of $s->{n_prompt})")
+                    if $turn > 1;
+            }
+        };
+
+        subtest "$name fa $fa: a saved cache continues as the one it was saved from" => sub {
+            my $cache = $inference->create_kv_cache;
+            my $reply = $inference->generate(\@first, %GREEDY, cache => $cache);
+            my $file = "$dir/$name-fa$fa.kv";
+            $cache->save($file);
+            my @next = (@first, @$reply, @second);
+            my $loaded = Lugh::KVCache->load($file, inference => $inference);
+            is_deeply([ $loaded->tokens ], [ $cache->tokens ], 'the tokens come back');
+            my $saved_at = $loaded->n_cached;
+            my $from_loaded = $inference->generate(\@next, %GREEDY, cache => $loaded, stats => \my %stats);
+            my $from_saved = $inference->generate(\@next, %GREEDY, cache => $cache);
+            is_deeply($from_loaded, $from_saved, 'the loaded cache continues as the saved one');
+            is($stats{n_reused}, $saved_at, 'from where it was saved');
+            is_deeply($from_loaded, $one_shot->(@next), 'and as one-shot');
+        };
+
+        subtest "$name fa $fa: several caches in one batch" => sub {
+            my @sequences = (\@first, \@second, [ @second, @first ]);
+            my @caches = map { $inference->create_kv_cache } @sequences;
+            my $rows = $inference->forward_batch(sequences => \@sequences, caches => \@caches);
+            for my $i (0 .. $#sequences) {
+                my @alone = $inference->forward(tokens => $sequences[$i]);
+                my $diff = 0;
+                for my $j (0 .. $#alone) { my $d = abs($rows->[$i][$j] - $alone[$j]); $diff = $d if $d > $diff }
+                cmp_ok($diff, '<', 1e-3, "sequence $i: as alone ($diff)");
+                is($caches[$i]->n_cached, scalar @{ $sequences[$i] }, "sequence $i: its own cache");
+            }
+        };
+
+        subtest "$name fa $fa: speculative decoding equals greedy decoding" => sub {
+            # a repeated prompt, so that the n-gram draft finds what to propose
+            my @prompt = (@first, @second, @first, @second);
+            my $plain = $one_shot->(@prompt);
+            for my $draft ($inference, 'ngram') {
+                my $spec = Lugh::Speculative->new(inference => $inference, draft => $draft, k => 4, greedy => 1);
+                my $got = $spec->generate(\@prompt, $GREEDY{max_tokens});
+                my $kind = ref $draft ? 'model' : 'ngram';
+                is_deeply($got, $plain, "$kind draft: the tokens of greedy decoding");
+                cmp_ok($spec->tokens_drafted, '>', 0, "$kind draft: tokens were drafted");
+            }
+        };
+    }
+
+    require Lugh::Train;
+    my $trainee = Lugh::Inference->new(model => $model, n_ctx => 64, n_threads => 2);
+    croaks_like(sub { Lugh::Train->forward(inference => $trainee, tokens => [ @first[ 0 .. 5 ] ], train_full => 1) },
+        qr/training is not supported for $name: ggml cannot differentiate its recurrent layers/,
+        "$name: training a recurrent model croaks, naming why");
+    is(scalar $trainee->generate([ @first[ 0 .. 5 ] ], %GREEDY, max_tokens => 2)->@*, 2,
+        "$name: and the session stays usable");
 }
-
-require Lugh::Train;
-my $trainee = Lugh::Inference->new(model => $model, n_ctx => 64, n_threads => 2);
-croaks_like(sub { Lugh::Train->forward(inference => $trainee, tokens => [ @first[ 0 .. 5 ] ]) },
-    qr/training is not supported for qwen35: ggml cannot differentiate its recurrent layers/,
-    'training a recurrent model croaks, naming why');
-is(scalar $trainee->generate([ @first[ 0 .. 5 ] ], %GREEDY, max_tokens => 2)->@*, 2, 'and the session stays usable');
 
 done_testing;

@@ -59,7 +59,8 @@ conversation again.
 
 =head2 Recurrent models
 
-Qwen3.5 (C<qwen35>) has recurrent layers beside its attention layers: such a
+Qwen3.5 (C<qwen35>, C<qwen35moe>) and LFM2 (C<lfm2>) have recurrent layers
+beside their attention layers (delta-net layers, short convolutions): such a
 layer keeps no keys and values per position but one state of the whole
 sequence so far, as llama.cpp's hybrid memory does. The cache holds that
 state too (and saves and loads it), but a state cannot be cut back to an

@@ -17,7 +17,8 @@ use crate::engine::model::arch::{Activation, ArchSpec, HParams};
 use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
-    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights, QkvWeights,
+    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights,
+    QkvWeights, ShortConvWeights,
 };
 use crate::engine::{Error, Result};
 use std::sync::Arc;
@@ -154,6 +155,7 @@ impl Blueprint<'_> {
             let mut cur = match &layer.mixer {
                 Mixer::Attention(attn) => b.attention(attn_in, attn, segments, seg_inputs, pos, il),
                 Mixer::DeltaNet(delta) => b.delta_net(attn_in, delta, segments, il)?,
+                Mixer::ShortConv(conv) => b.short_conv(attn_in, conv, segments, il)?,
             };
             let mut residual = inp_l;
             if last {
@@ -509,6 +511,56 @@ impl Builder<'_, '_> {
             name(cur, "attn_gated", Some(il));
         }
         self.linear(w.wo, w.bo, cur)
+    }
+
+    /// An LFM2 short-convolution layer (llama.cpp's build_shortconv_block):
+    /// B, C and x from one projection, B·x through a causal convolution
+    /// that continues each segment's stored inputs, times C, projected out.
+    /// Each segment's last inputs are written back into its cache.
+    fn short_conv(&self, x: Tensor, w: &ShortConvWeights, segments: &[Segment], il: usize) -> Result<Tensor> {
+        let (g, hp) = (self.g, self.bp.hp);
+        let (n, n_embd) = (self.n_tokens, hp.n_embd as i64);
+        let stored_len = hp.short_conv_taps as i64 - 1;
+        let f32_size = row_size(crate::engine::ggml::ops::GGML_TYPE_F32, 1);
+        let bcx = self.mm(w.in_proj, g.reshape_3d(x, n_embd, n, 1)); // [3 n_embd, n, 1]
+        name(bcx, "conv.in_proj", Some(il));
+        let chunk =
+            |i: i64| g.view_3d(bcx, [n_embd, n, 1], [bcx.nb()[1], bcx.nb()[2]], f32_size * (i * n_embd) as usize);
+        let (b, c, input) = (chunk(0), chunk(1), chunk(2));
+        let bx = g.mul(b, input); // [n_embd, n, 1]
+
+        let mut out: Option<Tensor> = None;
+        let mut first = 0i64;
+        for seg in segments {
+            let ns = seg.n_tokens as i64;
+            let Some(cache) = seg.cache else {
+                return Err(Error::Argument("a recurrent layer needs a cache to keep its state in".into()));
+            };
+            let rows = |t: Tensor| {
+                if segments.len() == 1 {
+                    t
+                } else {
+                    g.view_3d(t, [n_embd, ns, 1], [t.nb()[1], t.nb()[1] * ns as usize], t.nb()[1] * first as usize)
+                }
+            };
+            let state = cache.conv_state(il);
+            let stored = g.reshape_3d(state, stored_len, n_embd, 1);
+            let window = g.concat(stored, g.transpose(rows(bx)), 0); // [stored_len + ns, n_embd, 1]
+            let last_inputs =
+                g.view_3d(window, [stored_len, n_embd, 1], [window.nb()[1], window.nb()[2]], f32_size * ns as usize);
+            g.expand(g.cpy(last_inputs, g.view_2d(state, [stored_len * n_embd, 1], state.nb()[1], 0)));
+            let conv_out = g.ssm_conv(window, w.kernel); // [n_embd, ns, 1]
+            name(conv_out, "conv.conv", Some(il));
+            let y = g.mul(rows(c), conv_out);
+            out = Some(match out {
+                None => y,
+                Some(prev) => g.concat(prev, y, 1),
+            });
+            first += ns;
+        }
+        let y = self.mm(w.out_proj, out.expect("at least one segment"));
+        name(y, "conv.out_proj", Some(il));
+        Ok(g.reshape_2d(y, n_embd, n))
     }
 
     /// A gated delta-net layer (llama.cpp's Qwen3.5 build_layer_attn_linear

@@ -11,7 +11,6 @@
 //! of the states at earlier positions, and rolls back only to those.
 use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::ggml::runtime::{self as rt, Buffer, BufferType};
-use crate::engine::model::arch::DeltaNetDims;
 use crate::engine::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,7 +38,10 @@ pub struct CacheLayout {
 /// The recurrent layers of a cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecurrentLayout {
-    pub dims: DeltaNetDims,
+    /// f32 values of a layer's convolution state, and of its delta-rule
+    /// state (0: none, as LFM2's short convolutions).
+    pub conv_len: usize,
+    pub ssm_len: usize,
     /// One flag per layer.
     pub layers: Vec<bool>,
 }
@@ -54,11 +56,21 @@ struct Checkpoint {
     data: Vec<u8>,
 }
 
-/// A recurrent layer's two states, each one row of f32.
+/// A recurrent layer's states, each one row of f32.
 #[derive(Clone, Copy)]
 struct LayerState {
     conv: Tensor,
-    ssm: Tensor,
+    ssm: Option<Tensor>,
+}
+
+impl LayerState {
+    fn tensors(&self) -> impl Iterator<Item = Tensor> {
+        std::iter::once(self.conv).chain(self.ssm)
+    }
+
+    fn nbytes(&self) -> usize {
+        self.tensors().map(|t| t.nbytes()).sum()
+    }
 }
 
 /// The type of the stored keys and values.
@@ -89,7 +101,7 @@ impl CacheLayout {
     /// The bytes of recurrent layer `il`'s state (0 for an attending layer).
     pub fn state_bytes(&self, il: usize) -> usize {
         match &self.recurrent {
-            Some(r) if self.is_recurrent(il) => 4 * (r.dims.conv_state_len() + r.dims.ssm_state_len()),
+            Some(r) if self.is_recurrent(il) => 4 * (r.conv_len + r.ssm_len),
             _ => 0,
         }
     }
@@ -157,10 +169,13 @@ impl KvCache {
                 Ctx::new(2 * layers.len(), 0).ok_or_else(|| Error::Ggml("cannot create a KV cache context".into()))?;
             for &il in &layers {
                 if let (true, Some(r)) = (layout.is_recurrent(il), &layout.recurrent) {
-                    let conv = ctx.new_tensor(GGML_TYPE_F32, &[r.dims.conv_state_len() as i64, 1]);
+                    let conv = ctx.new_tensor(GGML_TYPE_F32, &[r.conv_len as i64, 1]);
                     conv.set_name(&format!("cache_r_l{il}"));
-                    let ssm = ctx.new_tensor(GGML_TYPE_F32, &[r.dims.ssm_state_len() as i64, 1]);
-                    ssm.set_name(&format!("cache_s_l{il}"));
+                    let ssm = (r.ssm_len > 0).then(|| {
+                        let ssm = ctx.new_tensor(GGML_TYPE_F32, &[r.ssm_len as i64, 1]);
+                        ssm.set_name(&format!("cache_s_l{il}"));
+                        ssm
+                    });
                     states[il] = Some(LayerState { conv, ssm });
                     continue;
                 }
@@ -239,7 +254,7 @@ impl KvCache {
     fn zero_states(&mut self) {
         let mut zeros = Vec::new();
         for state in self.states.iter().flatten() {
-            for t in [state.conv, state.ssm] {
+            for t in state.tensors() {
                 zeros.clear();
                 zeros.resize(t.nbytes(), 0u8);
                 rt::tensor_write(t, 0, &zeros);
@@ -250,31 +265,35 @@ impl KvCache {
     /// The bytes of layer `il`'s recurrent state (its convolution state,
     /// then its delta-rule state).
     pub fn layer_state_bytes(&self, il: usize) -> usize {
-        self.states[il].map_or(0, |s| s.conv.nbytes() + s.ssm.nbytes())
+        self.states[il].map_or(0, |s| s.nbytes())
     }
 
     /// Copies layer `il`'s recurrent state into `out` (as long as
     /// [`KvCache::layer_state_bytes`]).
     pub fn read_layer_state(&self, il: usize, out: &mut [u8]) {
         let s = self.states[il].expect("a recurrent layer has a state");
-        let (conv, ssm) = out.split_at_mut(s.conv.nbytes());
-        rt::tensor_read(s.conv, 0, conv);
-        rt::tensor_read(s.ssm, 0, ssm);
+        let mut at = 0;
+        for t in s.tensors() {
+            rt::tensor_read(t, 0, &mut out[at..at + t.nbytes()]);
+            at += t.nbytes();
+        }
     }
 
     /// Sets layer `il`'s recurrent state from `data`, laid out as
     /// [`KvCache::read_layer_state`] gives it.
     pub fn write_layer_state(&mut self, il: usize, data: &[u8]) {
         let s = self.states[il].expect("a recurrent layer has a state");
-        assert_eq!(data.len(), s.conv.nbytes() + s.ssm.nbytes(), "write_layer_state: size");
-        let (conv, ssm) = data.split_at(s.conv.nbytes());
-        rt::tensor_write(s.conv, 0, conv);
-        rt::tensor_write(s.ssm, 0, ssm);
+        assert_eq!(data.len(), s.nbytes(), "write_layer_state: size");
+        let mut at = 0;
+        for t in s.tensors() {
+            rt::tensor_write(t, 0, &data[at..at + t.nbytes()]);
+            at += t.nbytes();
+        }
     }
 
     /// The bytes of all recurrent states (a checkpoint's size).
     pub fn state_bytes(&self) -> usize {
-        self.states.iter().flatten().map(|s| s.conv.nbytes() + s.ssm.nbytes()).sum()
+        self.states.iter().flatten().map(LayerState::nbytes).sum()
     }
 
     /// Layer `il`'s convolution state ([conv_state_len, 1] f32).
@@ -284,7 +303,7 @@ impl KvCache {
 
     /// Layer `il`'s delta-rule state ([ssm_state_len, 1] f32).
     pub fn ssm_state(&self, il: usize) -> Tensor {
-        self.states[il].expect("a recurrent layer has a state").ssm
+        self.states[il].and_then(|s| s.ssm).expect("a delta-net layer has a delta-rule state")
     }
 
     /// Copies every recurrent state into `out`, layer by layer (each

@@ -122,9 +122,12 @@ fn a_loaded_cache_holds_exactly_what_was_saved() {
 
 /// Layer 0 attends, layer 1 is a delta-net layer (tiny sizes).
 fn hybrid_layout() -> CacheLayout {
-    let dims = crate::engine::model::arch::DeltaNetDims { d_conv: 3, n_k_heads: 1, n_v_heads: 2, head_dim: 2 };
     CacheLayout {
-        recurrent: Some(crate::engine::forward::kv_cache::RecurrentLayout { dims, layers: vec![false, true] }),
+        recurrent: Some(crate::engine::forward::kv_cache::RecurrentLayout {
+            conv_len: 12,
+            ssm_len: 8,
+            layers: vec![false, true],
+        }),
         ..layout(true)
     }
 }

@@ -268,10 +268,10 @@ impl Runner {
             kv_size: n_ctx.div_ceil(crate::engine::forward::kv_cache::KV_PAD)
                 * crate::engine::forward::kv_cache::KV_PAD,
             v_trans: !self.flash_attn,
-            recurrent: hp
-                .delta_net
-                .filter(|_| hp.has_recurrent())
-                .map(|dims| RecurrentLayout { dims, layers: hp.recurrent_layers.clone() }),
+            recurrent: hp.has_recurrent().then(|| {
+                let (conv_len, ssm_len) = hp.recurrent_state_lens();
+                RecurrentLayout { conv_len, ssm_len, layers: hp.recurrent_layers.clone() }
+            }),
         }
     }
 

@@ -96,6 +96,10 @@ pub enum Recurrent {
     /// per value head; `ssm.*` keys, the layers from
     /// `attention.recurrent_layers` or `full_attention_interval`.
     GatedDeltaNet,
+    /// LFM2's short convolution: B·x through a causal convolution of
+    /// `shortconv.l_cache` taps (a state of l_cache - 1 inputs), times C;
+    /// a layer whose `attention.head_count_kv` entry is 0 has one.
+    ShortConv,
 }
 
 /// RMSNorm of Q and K before RoPE.
@@ -211,6 +215,8 @@ pub struct ArchSpec {
     pub gated_attention: bool,
     /// The FFN's input norm is stored as `post_attention_norm` (Qwen3.5).
     pub ffn_norm_is_post_attention: bool,
+    /// The final norm is stored as `token_embd_norm` (LFM2).
+    pub output_norm_is_token_embd_norm: bool,
     /// The shared expert's gate is ggml's sigmoid (Qwen3.5-MoE) rather than
     /// silu(x) / x (Qwen2-MoE's graph).
     pub shared_gate_sigmoid: bool,
@@ -252,6 +258,7 @@ const LLAMA: ArchSpec = ArchSpec {
     recurrent: Recurrent::None,
     gated_attention: false,
     ffn_norm_is_post_attention: false,
+    output_norm_is_token_embd_norm: false,
     shared_gate_sigmoid: false,
     outputs_after_norm: false,
 };
@@ -406,6 +413,18 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
     ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
     QWEN35,
     ArchSpec {
+        name: "lfm2",
+        rope: Rope::Neox,
+        out_bias: false,
+        qk_norm: QkNorm::PerHead,
+        experts: Experts::None,
+        rope_factors: RopeFactors::None,
+        swa_rope: SwaRope::Global,
+        recurrent: Recurrent::ShortConv,
+        output_norm_is_token_embd_norm: true,
+        ..LLAMA
+    },
+    ArchSpec {
         name: "qwen35moe",
         experts: Experts::Always { renormalize: true, shared: true },
         shared_gate_sigmoid: true,
@@ -501,6 +520,8 @@ pub struct HParams {
     pub delta_net: Option<DeltaNetDims>,
     /// Which layers are recurrent (all false without recurrent layers).
     pub recurrent_layers: Vec<bool>,
+    /// The taps of LFM2's short convolution (0 without).
+    pub short_conv_taps: usize,
 }
 
 /// The sizes of gated delta-net layers (llama.cpp's ssm_* hyperparameters).
@@ -583,13 +604,26 @@ impl HParams {
     pub fn has_recurrent(&self) -> bool {
         self.recurrent_layers.iter().any(|&r| r)
     }
+    /// The f32 values of a recurrent layer's convolution state and of its
+    /// delta-rule state (llama.cpp's n_embd_r and n_embd_s).
+    pub fn recurrent_state_lens(&self) -> (usize, usize) {
+        match self.delta_net {
+            Some(d) => (d.conv_state_len(), d.ssm_state_len()),
+            None => (self.short_conv_taps.saturating_sub(1) * self.n_embd, 0),
+        }
+    }
 
     pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
         let keys = ArchKeys { model, arch: spec.name };
         let n_embd = keys.positive(model.n_embd(), "embedding_length")?;
         let n_layer = keys.positive(model.n_layer(), "block_count")?;
         let n_head = keys.positive(model.n_head(), "attention.head_count")?;
-        let n_head_kv = keys.positive(model.n_head_kv(), "attention.head_count_kv")?;
+        // LFM2 gives one KV head count per layer, 0 for its convolution layers
+        let kv_heads_per_layer = keys.per_layer_counts("attention.head_count_kv", n_layer);
+        let n_head_kv = match &kv_heads_per_layer {
+            Some(counts) => keys.positive(counts.iter().copied().find(|&n| n > 0), "attention.head_count_kv")?,
+            None => keys.positive(model.n_head_kv(), "attention.head_count_kv")?,
+        };
         let n_ff = keys.positive(model.n_ff(), "feed_forward_length")?;
         let n_vocab = keys.positive(model.n_vocab(), "vocab_size")?;
         let n_ctx_train = keys.positive(model.n_ctx_train(), "context_length")?;
@@ -611,12 +645,12 @@ impl HParams {
             .int("rope.scaling.original_context_length")
             .filter(|&n| n > 0)
             .map_or(n_ctx_train, |n| n.min(u32::MAX as i64) as usize);
-        let n_swa = match spec.swa_pattern {
-            Some(_) => match keys.int("attention.sliding_window") {
+        let n_swa = match (spec.swa_pattern, spec.recurrent) {
+            (Some(_), _) | (None, Recurrent::ShortConv) => match keys.int("attention.sliding_window") {
                 Some(w) => w.clamp(0, u32::MAX as i64) as u32,
                 None => spec.swa_default_window,
             },
-            None => 0,
+            (None, _) => 0,
         };
         let swa_layers = swa_layers(model, spec, n_layer, n_swa);
         let swa_base = |default: f32| keys.float("rope.freq_base_swa").map_or(default, |v| v as f32);
@@ -646,9 +680,29 @@ impl HParams {
         let attn_temperature =
             (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
         let rope_sections = if spec.rope == Rope::MultiInterleaved { keys.rope_sections(n_rot)? } else { [0; 4] };
-        let (delta_net, recurrent_layers) = match spec.recurrent {
-            Recurrent::None => (None, vec![false; n_layer]),
-            Recurrent::GatedDeltaNet => (Some(keys.delta_net_dims()?), keys.recurrent_layers(n_layer)?),
+        let (delta_net, recurrent_layers, short_conv_taps) = match spec.recurrent {
+            Recurrent::None => (None, vec![false; n_layer], 0),
+            Recurrent::GatedDeltaNet => (Some(keys.delta_net_dims()?), keys.recurrent_layers(n_layer)?, 0),
+            Recurrent::ShortConv => {
+                let taps = keys.positive(keys.int("shortconv.l_cache"), "shortconv.l_cache")?;
+                if !(2..=64).contains(&taps) {
+                    return Err(Error::Corrupt {
+                        path: model.path().clone(),
+                        what: format!("{}.shortconv.l_cache is {taps}, not between 2 and 64", spec.name),
+                    });
+                }
+                let layers = match &kv_heads_per_layer {
+                    Some(counts) => counts.iter().map(|&n| n == 0).collect(),
+                    None => vec![false; n_layer],
+                };
+                (None, layers, taps)
+            }
+        };
+        // LFM2's attention layers use the window when the file sets one
+        let (n_swa, swa_layers) = if spec.recurrent == Recurrent::ShortConv && n_swa > 0 {
+            (n_swa, recurrent_layers.iter().map(|&r| !r).collect())
+        } else {
+            (n_swa, swa_layers)
         };
         Ok(HParams {
             n_vocab,
@@ -688,6 +742,7 @@ impl HParams {
             rope_sections,
             delta_net,
             recurrent_layers,
+            short_conv_taps,
         })
     }
 
@@ -779,6 +834,13 @@ impl ArchKeys<'_> {
                 .filter(|&s| s != 0.0)
                 .unwrap_or(1.0 / (head_dim_k as f32).sqrt())
         }
+    }
+
+    /// A key holding one count per layer (an array), if it is one; a
+    /// missing entry counts 0.
+    fn per_layer_counts(&self, key: &str, n_layer: usize) -> Option<Vec<i64>> {
+        let list = self.model.gguf.arch_value(key).and_then(|v| v.as_array())?;
+        Some((0..n_layer).map(|i| list.int_at(i).unwrap_or(0).max(0)).collect())
     }
 
     /// `rope.dimension_sections`: four section widths (an array of up to

@@ -264,6 +264,7 @@ pub(crate) mod tests {
             rope_sections: [0; 4],
             delta_net: None,
             recurrent_layers: vec![false; 2],
+            short_conv_taps: 0,
         }
     }
 

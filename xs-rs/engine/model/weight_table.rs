@@ -5,7 +5,7 @@
 //! order; the order is the order of loading and of the weights' memory.
 use crate::engine::ggml::placement::Part;
 use crate::engine::model::arch::{
-    Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Rope, RopeFactors,
+    Activation, ArchSpec, Experts, HParams, Norm, OutputWeight, QkNorm, Recurrent, Rope, RopeFactors,
 };
 use crate::engine::model::rope::ScalingType;
 
@@ -56,6 +56,12 @@ pub enum TensorKind {
     SsmAlpha,
     SsmNorm,
     SsmOut,
+    /// LFM2's short convolution: its kernel, and the projections around it.
+    ShortConvKernel,
+    ShortConvIn,
+    ShortConvOut,
+    /// LFM2's final norm, under this name.
+    TokenEmbdNorm,
 }
 
 /// The block of a layer a weight belongs to: a recurrent layer reads no
@@ -111,6 +117,10 @@ impl TensorKind {
             SsmAlpha => "ssm_alpha",
             SsmNorm => "ssm_norm",
             SsmOut => "ssm_out",
+            ShortConvKernel => "shortconv.conv",
+            ShortConvIn => "shortconv.in_proj",
+            ShortConvOut => "shortconv.out_proj",
+            TokenEmbdNorm => "token_embd_norm",
         }
     }
 
@@ -118,7 +128,8 @@ impl TensorKind {
         use TensorKind::*;
         match self {
             AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm => Block::Attention,
-            DeltaQkv | DeltaGate | SsmConv1d | SsmDt | SsmA | SsmBeta | SsmAlpha | SsmNorm | SsmOut => Block::Recurrent,
+            DeltaQkv | DeltaGate | SsmConv1d | SsmDt | SsmA | SsmBeta | SsmAlpha | SsmNorm | SsmOut
+            | ShortConvKernel | ShortConvIn | ShortConvOut => Block::Recurrent,
             _ => Block::Any,
         }
     }
@@ -228,6 +239,9 @@ pub enum Dim {
     ValueHeads,
     ValueWidth,
     DeltaHead,
+    /// LFM2's short convolution: its taps, and B, C and x side by side.
+    ShortConvTaps,
+    EmbdThrice,
 }
 
 impl Dim {
@@ -262,6 +276,8 @@ impl Dim {
             Dim::ValueHeads => delta.map_or(0, |d| d.n_v_heads as i64),
             Dim::ValueWidth => delta.map_or(0, |d| d.value_dim() as i64),
             Dim::DeltaHead => delta.map_or(0, |d| d.head_dim as i64),
+            Dim::ShortConvTaps => hp.short_conv_taps as i64,
+            Dim::EmbdThrice => 3 * hp.n_embd as i64,
         }
     }
 }
@@ -426,7 +442,15 @@ use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
 pub const WEIGHTS: &[WeightRow] = &[
     row(K::TokenEmbd, Weight, Input, &[Embd, Vocab], GetRows, |_| Required),
     row(K::PosEmbd, Weight, Input, &[Embd, CtxTrain], GetRows, |c| Need::when(c.spec.rope == Rope::None, Required)),
-    row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |_| Required),
+    row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |c| {
+        Need::when(!c.spec.output_norm_is_token_embd_norm, Required)
+    }),
+    WeightRow {
+        file: K::TokenEmbdNorm,
+        ..row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |c| {
+            Need::when(c.spec.output_norm_is_token_embd_norm, Required)
+        })
+    },
     row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm(), Required)),
     row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| match c.spec.output {
         OutputWeight::Embd => Skip,
@@ -510,17 +534,30 @@ pub const WEIGHTS: &[WeightRow] = &[
         file: K::AttnPostNorm,
         ..row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.ffn_norm_is_post_attention, Required))
     },
-    row(K::DeltaQkv, Weight, Layer, &[Embd, ConvChannels], MulMat, |_| Required),
-    row(K::DeltaGate, Weight, Layer, &[Embd, ValueWidth], MulMat, |_| Required),
-    row(K::SsmConv1d, Weight, Layer, &[ConvKernel, ConvChannels], Mul, |_| Required),
-    row(K::SsmDt, Bias, Layer, &[ValueHeads], Add, |_| Required),
-    row(K::SsmA, Bare, Layer, &[ValueHeads], Mul, |_| Required),
-    row(K::SsmBeta, Weight, Layer, &[Embd, ValueHeads], MulMat, |_| Required),
-    row(K::SsmAlpha, Weight, Layer, &[Embd, ValueHeads], MulMat, |_| Required),
-    row(K::SsmNorm, Weight, Layer, &[DeltaHead], Mul, |_| Required),
-    row(K::SsmOut, Weight, Layer, &[ValueWidth, Embd], MulMat, |_| Required),
+    row(K::DeltaQkv, Weight, Layer, &[Embd, ConvChannels], MulMat, delta_net),
+    row(K::DeltaGate, Weight, Layer, &[Embd, ValueWidth], MulMat, delta_net),
+    row(K::SsmConv1d, Weight, Layer, &[ConvKernel, ConvChannels], Mul, delta_net),
+    row(K::SsmDt, Bias, Layer, &[ValueHeads], Add, delta_net),
+    row(K::SsmA, Bare, Layer, &[ValueHeads], Mul, delta_net),
+    row(K::SsmBeta, Weight, Layer, &[Embd, ValueHeads], MulMat, delta_net),
+    row(K::SsmAlpha, Weight, Layer, &[Embd, ValueHeads], MulMat, delta_net),
+    row(K::SsmNorm, Weight, Layer, &[DeltaHead], Mul, delta_net),
+    row(K::SsmOut, Weight, Layer, &[ValueWidth, Embd], MulMat, delta_net),
+    row(K::ShortConvKernel, Weight, Layer, &[ShortConvTaps, Embd], Mul, short_conv),
+    row(K::ShortConvIn, Weight, Layer, &[Embd, EmbdThrice], MulMat, short_conv),
+    row(K::ShortConvOut, Weight, Layer, &[Embd, Embd], MulMat, short_conv),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
 ];
+
+/// A gated delta-net layer's weights (in recurrent layers only: see WeightRow::need).
+fn delta_net(c: &Conditions) -> Need {
+    Need::when(c.spec.recurrent == Recurrent::GatedDeltaNet, Required)
+}
+
+/// A short-convolution layer's weights.
+fn short_conv(c: &Conditions) -> Need {
+    Need::when(c.spec.recurrent == Recurrent::ShortConv, Required)
+}
 
 /// Qwen2-MoE's shared expert, gated per token.
 fn shared_expert(c: &Conditions) -> Need {

@@ -58,10 +58,18 @@ pub struct DeltaNetWeights {
     pub out: Tensor,     // [value_dim, n_embd]
 }
 
+/// An LFM2 short-convolution layer's weights.
+pub struct ShortConvWeights {
+    pub kernel: Tensor,   // [taps, n_embd]
+    pub in_proj: Tensor,  // [n_embd, 3 * n_embd]: B, C, x
+    pub out_proj: Tensor, // [n_embd, n_embd]
+}
+
 /// What mixes the tokens in a layer.
 pub enum Mixer {
     Attention(AttnWeights),
     DeltaNet(DeltaNetWeights),
+    ShortConv(ShortConvWeights),
 }
 
 /// Gated feed-forward weights of one layer.
@@ -375,7 +383,14 @@ impl ReadWeights<'_> {
                 norm: self.required(SsmNorm),
                 out: self.required(SsmOut),
             }),
-            None => Mixer::Attention(self.attention()),
+            None => match self.weight(ShortConvKernel) {
+                Some(kernel) => Mixer::ShortConv(ShortConvWeights {
+                    kernel,
+                    in_proj: self.required(ShortConvIn),
+                    out_proj: self.required(ShortConvOut),
+                }),
+                None => Mixer::Attention(self.attention()),
+            },
         };
         LayerWeights {
             attn_norm: self.weight(AttnNorm),
@@ -482,6 +497,11 @@ impl ModelWeights {
                         bo: o(a.bo),
                         q_norm: o(a.q_norm),
                         k_norm: o(a.k_norm),
+                    }),
+                    Mixer::ShortConv(c) => Mixer::ShortConv(ShortConvWeights {
+                        kernel: t(c.kernel),
+                        in_proj: t(c.in_proj),
+                        out_proj: t(c.out_proj),
                     }),
                     Mixer::DeltaNet(d) => Mixer::DeltaNet(DeltaNetWeights {
                         qkv: t(d.qkv),
