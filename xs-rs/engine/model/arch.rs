@@ -185,6 +185,12 @@ pub struct ArchSpec {
     /// `yarn_log_multiplier` are read from the file (Mistral 3); else 32, 1
     /// and none.
     pub yarn_keys: bool,
+    /// A BERT encoder: every token sees every other of its sequence (no
+    /// causal mask, no KV cache), token-type embeddings, a LayerNorm of the
+    /// embeddings, post-norm layers (`attn_output_norm` after the attention's
+    /// residual add, `layer_output_norm` after the FFN's), no output norm or
+    /// projection: the last layer's output is the embedding.
+    pub encoder: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -216,6 +222,7 @@ const LLAMA: ArchSpec = ArchSpec {
     no_rope_every: None,
     attn_temperature: false,
     yarn_keys: false,
+    encoder: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -366,7 +373,23 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         ..LLAMA
     },
     ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
+    BERT,
+    // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
+    ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
 ];
+
+/// BERT: learned positions, an ungated GELU FFN, biases where the file has them.
+const BERT: ArchSpec = ArchSpec {
+    name: "bert",
+    rope: Rope::None,
+    norm: Norm::Layer,
+    pre_norms: false,
+    act: Activation::Gelu,
+    experts: Experts::None,
+    rope_factors: RopeFactors::None,
+    encoder: true,
+    ..LLAMA
+};
 
 /// The row for `name`, or an error naming the file (`path`), the
 /// architecture and the supported ones.
@@ -434,6 +457,12 @@ pub struct HParams {
     pub rope_yarn_log_mul: f32,
     /// The attention temperature (see ArchSpec::attn_temperature).
     pub attn_temperature: Option<AttnTemperature>,
+    /// Encoders: the rows of `token_types` (`tokenizer.ggml.token_type_count`)
+    /// and the classifier's outputs (`classifier.output_labels`, default 1).
+    pub n_token_types: usize,
+    pub n_cls_out: usize,
+    /// Every token attends over its whole sequence (an encoder).
+    pub non_causal: bool,
 }
 
 /// Llama 4's attention temperature: Q at position `pos` is multiplied by
@@ -526,6 +555,22 @@ impl HParams {
             if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
         let attn_temperature =
             (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
+        let n_token_types = model
+            .gguf
+            .get("tokenizer.ggml.token_type_count")
+            .and_then(|v| v.as_i64())
+            .map_or(0, |n| n.clamp(0, u32::MAX as i64) as usize);
+        if spec.encoder && n_token_types == 0 {
+            return Err(Error::Corrupt {
+                path: model.path().clone(),
+                what: format!(
+                    "the key tokenizer.ggml.token_type_count is missing or 0: a {} model needs its token type count",
+                    spec.name
+                ),
+            });
+        }
+        let n_cls_out =
+            model.gguf.arch_value("classifier.output_labels").and_then(|v| v.as_array()).map_or(1, |a| a.len());
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -561,6 +606,9 @@ impl HParams {
             yarn_beta_slow: yarn_key("rope.scaling.yarn_beta_slow", 1.0),
             rope_yarn_log_mul: yarn_key("rope.scaling.yarn_log_multiplier", 0.0),
             attn_temperature,
+            n_token_types,
+            n_cls_out,
+            non_causal: spec.encoder,
         })
     }
 

@@ -42,6 +42,12 @@ pub enum TensorKind {
     RopeFreqs,
     RopeFactorsLong,
     RopeFactorsShort,
+    TokenTypes,
+    TokenEmbdNorm,
+    AttnOutNorm,
+    LayerOutNorm,
+    Cls,
+    ClsOut,
 }
 
 impl TensorKind {
@@ -78,6 +84,12 @@ impl TensorKind {
             RopeFreqs => "rope_freqs",
             RopeFactorsLong => "rope_factors_long",
             RopeFactorsShort => "rope_factors_short",
+            TokenTypes => "token_types",
+            TokenEmbdNorm => "token_embd_norm",
+            AttnOutNorm => "attn_output_norm",
+            LayerOutNorm => "layer_output_norm",
+            Cls => "cls",
+            ClsOut => "cls.output",
         }
     }
 
@@ -171,6 +183,9 @@ pub enum Dim {
     FfShexp,
     /// One factor per rotated pair.
     RopePairs,
+    /// An encoder's token types and classifier outputs.
+    TokenTypes,
+    ClsOut,
 }
 
 impl Dim {
@@ -197,6 +212,8 @@ impl Dim {
             Dim::FfExp => hp.n_ff_exp as i64,
             Dim::FfShexp => hp.n_ff_shexp as i64,
             Dim::RopePairs => hp.n_rot as i64 / 2,
+            Dim::TokenTypes => hp.n_token_types as i64,
+            Dim::ClsOut => hp.n_cls_out as i64,
         }
     }
 }
@@ -266,6 +283,10 @@ impl Conditions<'_> {
 
     fn layer_norm(&self) -> bool {
         self.spec.norm == Norm::Layer
+    }
+
+    fn encoder(&self) -> bool {
+        self.spec.encoder
     }
 
     /// The FFN's own input norm: a parallel block's FFN reads the attention's
@@ -339,10 +360,19 @@ use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
 /// own, then each layer's.
 pub const WEIGHTS: &[WeightRow] = &[
     row(K::TokenEmbd, Weight, Input, &[Embd, Vocab], GetRows, |_| Required),
+    row(K::TokenTypes, Weight, Input, &[Embd, TokenTypes], GetRows, |c| Need::when(c.encoder(), Optional)),
     row(K::PosEmbd, Weight, Input, &[Embd, CtxTrain], GetRows, |c| Need::when(c.spec.rope == Rope::None, Required)),
-    row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |_| Required),
-    row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm(), Required)),
+    // an encoder's classification head (reranking), if it has one
+    row(K::Cls, Weight, Scope::Output, &[Embd, Embd], MulMat, |c| Need::when(c.encoder(), Optional)),
+    row(K::Cls, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.encoder(), Optional)),
+    row(K::ClsOut, Weight, Scope::Output, &[Embd, ClsOut], MulMat, |c| Need::when(c.encoder(), Optional)),
+    row(K::ClsOut, Bias, Scope::Output, &[ClsOut], Add, |c| Need::when(c.encoder(), Optional)),
+    row(K::TokenEmbdNorm, Weight, Input, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::TokenEmbdNorm, Bias, Input, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
+    row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |c| Need::when(!c.encoder(), Required)),
+    row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm() && !c.encoder(), Required)),
     row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| match c.spec.output {
+        _ if c.encoder() => Skip,
         OutputWeight::Embd => Skip,
         OutputWeight::OwnOrEmbd => Optional,
         OutputWeight::Own => Required,
@@ -351,7 +381,7 @@ pub const WEIGHTS: &[WeightRow] = &[
     WeightRow {
         file: K::TokenEmbd,
         ..row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| {
-            Need::when(!c.found.has(K::Output), Required)
+            Need::when(!c.found.has(K::Output) && !c.encoder(), Required)
         })
     },
     row(K::RopeFreqs, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| Need::when(c.rope_freqs(), Optional)),
@@ -387,8 +417,8 @@ pub const WEIGHTS: &[WeightRow] = &[
     }),
     row(K::FfnUp, Weight, Layer, &[Embd, FfUp], MulMat, |c| Need::when(!c.experts(), Required)),
     row(K::FfnDown, Weight, Layer, &[Ff, Embd], MulMat, |c| Need::when(!c.experts(), Required)),
-    row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
-    row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
+    row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts(), dense_bias(c))),
+    row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts(), dense_bias(c))),
     row(K::AttnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm() && c.spec.pre_norms, Required)),
     row(K::FfnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm(), c.ffn_norm())),
     // OLMo 2 has no pre-norms
@@ -411,7 +441,21 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
     row(K::FfnNorm, Weight, Layer, &[Embd], Mul, |c| c.ffn_norm()),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
+    row(K::AttnOutNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::AttnOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
+    row(K::LayerOutNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::LayerOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
 ];
+
+/// The FFN's biases: required with dense biases (GPT-2), optional in an
+/// encoder (BERT), else not read.
+fn dense_bias(c: &Conditions) -> Need {
+    if c.spec.dense_biases {
+        Required
+    } else {
+        Need::when(c.encoder(), Optional)
+    }
+}
 
 /// Qwen2-MoE's shared expert, gated per token.
 fn shared_expert(c: &Conditions) -> Need {
