@@ -261,6 +261,9 @@ pub(crate) mod tests {
             yarn_beta_slow: 1.0,
             rope_yarn_log_mul: 0.0,
             attn_temperature: None,
+            n_token_types: 0,
+            n_cls_out: 1,
+            non_causal: false,
         }
     }
 
