@@ -18,6 +18,7 @@ my %VOCABS = (
     'qwen35'                    => 'ggml-vocab-qwen35',
     'deepseek-llm'              => 'ggml-vocab-deepseek-llm',
     'gemma-4'                   => 'ggml-vocab-gemma-4',
+    'bert-bge'                  => 'ggml-vocab-bert-bge',
     'smollm2-135m-q4_1'         => 'smollm2-135m-q4_1',
     'qwen2.5-coder-0.5b-q4_k_m' => 'qwen2.5-coder-0.5b-q4_k_m',
     'gemma3-270m-q4_k_m'        => 'gemma3-270m-q4_k_m',
@@ -36,7 +37,7 @@ sub ids_ok {
 }
 
 # llama.cpp's own test vectors: cases split by "\n__ggml_vocab_test__\n", no BOS.
-for my $name (grep { /^(?:gpt-2|llama-bpe|llama-spm|phi-3|qwen2|qwen35|deepseek-llm|gemma-4)$/ } @present) {
+for my $name (grep { /^(?:gpt-2|llama-bpe|llama-spm|phi-3|qwen2|qwen35|deepseek-llm|gemma-4|bert-bge)$/ } @present) {
     my $file = $VOCABS{$name};
     my ($inp, $out) = (model_path("$file.gguf.inp"), model_path("$file.gguf.out"));
     next unless $inp && $out;
@@ -103,6 +104,8 @@ for my $name (@present) {
     # SentencePiece (and Gemma 4's BPE) write spaces as U+2581, so a literal
     # U+2581 comes back as a space.
     my $escapes = $tok->algorithm eq 'spm' || ($tok->pre_tokenizer // '') eq 'gemma4';
+    # WordPiece normalises (lower case, no accents, spaces between words): no round trip
+    next if $tok->algorithm eq 'wpm';
     my @own = $escapes ? grep { !/\x{2581}/ } @strings : @strings;
     for my $s (@own) {
         my $back = $tok->decode([$tok->encode($s)]);

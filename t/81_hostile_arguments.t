@@ -196,6 +196,8 @@ my %CALLS = (
     'Lugh::Inference::perplexity'  => sub { ($inf, [ (1 .. 8) x 2 ], n_ctx => 8, n_chunks => 2, parse_special => 0) },
     'Lugh::Inference::embed'       => sub { ($inf, [ 1, 2, 3 ], pooling => 'mean', normalize => 1) },
     'Lugh::Inference::embed_batch' => sub { ($inf, [ [ 1, 2 ], [3] ], pooling => 'last', parse_special => 1) },
+    # the tiny llama has no classification head: every variant croaks, with a message
+    'Lugh::Inference::rerank'      => sub { ($inf, query => 'q', documents => [ 'a', 'b' ]) },
     (map { my $m = $_; ("Lugh::Inference::$m" => sub { ($inf) }) }
         qw(architecture backend create_kv_cache create_memory_pool flash_attn head_dim last_stats model n_batch n_ctx
         n_ctx_train n_embd n_ff n_head n_head_kv n_layer n_rot n_threads n_vocab norm_eps rope_freq_base)),

@@ -840,7 +840,10 @@ log-likelihood). C<n_ctx> must not exceed the session's.
 The embedding of a text (a string or an array reference of token ids): the
 model's final hidden state (after the output norm, before the output
 projection), computed as llama.cpp's embedding mode computes it, with the
-text alone in a fresh cache. Returns an array reference of C<n_embd>
+text alone in a fresh cache. For a BERT encoder (C<bert>, C<nomic-bert>:
+embedding models such as bge, MiniLM, nomic-embed) it is the last layer's
+output, every token seeing the whole text; such a text must fit in
+C<n_batch> tokens. Returns an array reference of C<n_embd>
 numbers, or with C<< pooling => 'none' >> an array reference of one such
 array per token. Options:
 
@@ -877,6 +880,25 @@ ids), in order; a reference to the list in scalar context. Short texts are
 evaluated together, as many as fit in C<n_batch> tokens in one graph, each
 seeing only itself, so many short texts cost little more than one long one.
 Takes the options of L</embed>.
+
+=head2 rerank
+
+    my $scores = $inference->rerank(query => 'what is a panda?',
+        documents => ['The giant panda is a bear of China.', 'Paris is in France.']);
+    my @best = sort { $scores->[$b] <=> $scores->[$a] } 0 .. $#$scores;
+
+How relevant each document is to the query, by a reranker: a BERT encoder
+with a classification head (the C<cls> and/or C<cls.output> weights, as
+bge-reranker has), computed as llama.cpp's rank pooling: the head on the
+first token's final state. Returns an array reference of scores, one per
+document in order (higher is more relevant; the head's first output, not
+squashed by a sigmoid). Each pair is tokenized as C<llama-embedding
+--pooling rank> does: for BERT's WordPiece C<[CLS] query [SEP] document
+[SEP]>; special-token texts in the query and documents are not parsed. Each
+pair must fit in C<n_batch> tokens. Options: C<query> (text, required),
+C<documents> (an array reference of texts, at least one, required), C<lora>
+(as for L</generate>). Croaks when the model has no classification head (a
+decoder, or an embedding model that is not a reranker).
 
 =head1 DIAGNOSTICS
 

@@ -36,6 +36,7 @@ our %VOCABS = (
     'qwen35'       => '63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c',
     'deepseek-llm' => '867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76',
     'gemma-4'      => '58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65',
+    'bert-bge'     => 'fbcbe22278fb302694d5f4a41bfe48c5f90e8e3554eab1c0435387dff654a854',
 );
 
 sub model_dir { return Lugh::ModelStore::model_dir() }

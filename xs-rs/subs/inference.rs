@@ -157,6 +157,29 @@ const EMBED_OPTIONS: &[Opt<EmbedArgs>] = &[
     Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
 ];
 
+/// What rerank() is given.
+#[derive(Default)]
+struct RerankArgs {
+    query: Option<Vec<u8>>,
+    documents: Option<Vec<Vec<u8>>>,
+    overrides: Overrides,
+}
+
+const RERANK_OPTIONS: &[Opt<RerankArgs>] = &[
+    Opt::new("query", |perl, sv, a| set(&mut a.query, perl.utf8_text_arg(sv, "query").map(|t| Some(t.into_owned())))),
+    Opt::new("documents", |perl, sv, a| {
+        let docs = perl.array_arg(sv, "documents").and_then(|items| {
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| perl.utf8_text_arg(d, &format!("document {i}")).map(|t| t.into_owned()))
+                .collect::<Result<Vec<_>, Error>>()
+        });
+        set(&mut a.documents, docs.map(Some))
+    }),
+    Opt::new("lora", |perl, sv, a| set(&mut a.overrides.adapters, lora_arg(perl, sv))),
+];
+
 /// What logprobs() and perplexity() are given besides the text.
 #[derive(Default)]
 struct ScoreArgs {
@@ -608,6 +631,20 @@ xs_subs! { "Lugh::Inference";
         let s = this(args)?;
         let mut out = embed_inputs(args, &s, &[args.get(1)], 2)?;
         Ok(Ret::One(out.pop().expect("one input, one embedding")))
+    }
+
+    // self, then query => $text, documents => [$text, ...] (RERANK_OPTIONS)
+    fn rerank(args) as "Lugh::Inference->rerank" {
+        let s = this(args)?;
+        let perl = args.perl();
+        let mut given = RerankArgs::default();
+        Given::read_into(perl, &args.rest(1), RERANK_OPTIONS, &mut given)?;
+        let query = given.query.ok_or_else(|| Error::Argument("missing query => $text".into()))?;
+        let documents =
+            given.documents.ok_or_else(|| Error::Argument("missing documents => [$text, ...]".into()))?;
+        let docs: Vec<&[u8]> = documents.iter().map(Vec::as_slice).collect();
+        let scores = s.rerank(&query, &docs, &given.overrides)?;
+        Ok(Ret::One(perl.float_array_ref(&scores)))
     }
 
     fn embed_batch(args) as "Lugh::Inference->embed_batch" {

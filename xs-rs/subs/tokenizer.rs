@@ -147,7 +147,7 @@ xs_subs! { "Lugh::Tokenizer";
         if options.add_bos && vocab.bos_id().is_none() {
             return Err(Error::Argument("add_bos: this vocabulary has no BOS token".into()).into());
         }
-        if options.add_eos && vocab.eos_id().is_none() {
+        if options.add_eos && vocab.closing_id().is_none() {
             return Err(Error::Argument("add_special: this vocabulary has no EOS token to add".into()).into());
         }
         let text = if given.bytes {

@@ -11,7 +11,7 @@ use crate::engine::forward::inputs::{GraphInputs, SegmentInputs};
 use crate::engine::forward::kv_cache::KvCache;
 use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::ggml::ops::row_size;
-use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor};
+use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
 use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
@@ -44,6 +44,10 @@ pub enum Head {
     /// The final hidden state after the output norm (llama.cpp's `t_embd`,
     /// what its embedding mode pools), without the output projection.
     Hidden,
+    /// An encoder's classification head on every output row (llama.cpp's
+    /// rank pooling reads the first token's): tanh(cls · h + b), then
+    /// `cls.output`; width n_cls_out.
+    Rank,
 }
 
 /// A built graph and its inputs/outputs.
@@ -129,8 +133,16 @@ impl Blueprint<'_> {
         } else if hp.embedding_scale != 0.0 {
             inp_l = g.scale(inp_l, hp.embedding_scale);
         }
+        if let Some(types) = w.encoder.as_ref().and_then(|e| e.token_types) {
+            // every token is of type 0 ("sentence A"), as llama.cpp's bert graph
+            inp_l = g.add(inp_l, g.view_2d(types, [hp.n_embd as i64, 1], types.nb()[1], 0));
+        }
         if let Some(pos_embd) = w.pos_embd {
             inp_l = g.add(inp_l, g.get_rows(pos_embd, pos));
+        }
+        if let Some(enc) = &w.encoder {
+            name(inp_l, "inp_embd", None);
+            inp_l = b.norm_biased(inp_l, Some(enc.embd_norm.0), Some(enc.embd_norm.1), "inp_norm", Some(0));
         }
         g.expand(inp_l);
 
@@ -146,6 +158,11 @@ impl Blueprint<'_> {
             if self.spec.parallel_block {
                 let rows = last.then_some(out_ids);
                 inp_l = b.parallel_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
+                continue;
+            }
+            if self.spec.encoder {
+                let rows = last.then_some(out_ids);
+                inp_l = b.encoder_layer(inp_l, layer, segments, seg_inputs, pos, rows, il);
                 continue;
             }
             let mut attn_in = match layer.attn_norm {
@@ -196,7 +213,11 @@ impl Blueprint<'_> {
             inp_l = out;
         }
 
-        let mut cur = b.norm_biased(inp_l, Some(w.output_norm), w.output_norm_b, "result_norm", None);
+        let mut cur = match w.output_norm {
+            Some(norm) => b.norm_biased(inp_l, Some(norm), w.output_norm_b, "result_norm", None),
+            // an encoder's last layer ends in its own norm
+            None => inp_l,
+        };
         if self.spec.outputs_after_norm && !self.differentiable {
             cur = g.get_rows(cur, out_ids);
         }
@@ -205,7 +226,19 @@ impl Blueprint<'_> {
             g.expand(cur);
             return Ok(ForwardGraph { g, inputs, output: cur, width: hp.n_embd, n_outputs });
         }
-        let mut logits = b.mm(w.output, cur);
+        if self.head == Head::Rank {
+            let scores = b.classify(cur)?;
+            scores.set_output();
+            g.expand(scores);
+            return Ok(ForwardGraph { g, inputs, output: scores, width: hp.n_cls_out, n_outputs });
+        }
+        let Some(output) = w.output else {
+            return Err(Error::Argument(format!(
+                "a {} model is an encoder: it has no next-token logits (use embed or rerank)",
+                self.spec.name
+            )));
+        };
+        let mut logits = b.mm(output, cur);
         if hp.logit_scale != 1.0 {
             logits = g.scale(logits, 1.0 / hp.logit_scale);
         }
@@ -488,6 +521,8 @@ impl Builder<'_, '_> {
                 (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
             };
             let (kc, vc, v_trans) = match seg.cache {
+                // an encoder's tokens see their own sequence only, nothing is cached
+                Some(_) if spec.encoder => (ks, vs, false),
                 Some(cache) => {
                     g.expand(cache.store_k(g, ks, inp.k_idxs, il));
                     g.expand(cache.store_v(g, vs, inp.v_idxs, il));
@@ -687,6 +722,17 @@ impl Builder<'_, '_> {
         let v = g.permute(v, [0, 2, 1, 3]);
         if self.bp.flash_attn {
             let v = if v_trans { g.transpose(v) } else { v };
+            // uncached keys and values are f32 (an encoder's): f16 for flash
+            // attention, as llama.cpp casts them
+            let f16 = |t: Tensor| {
+                if t.type_id() == GGML_TYPE_F32 {
+                    let ne = t.ne();
+                    g.cpy(t, g.new_tensor(GGML_TYPE_F16, &ne))
+                } else {
+                    t
+                }
+            };
+            let (k, v) = (f16(k), f16(v));
             let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, hp.attn_softcap);
             g.flash_attn_set_n_kv_max(cur, 0);
             g.prec_f32(cur);
@@ -744,6 +790,69 @@ impl Builder<'_, '_> {
 }
 
 impl Builder<'_, '_> {
+    /// A BERT layer (llama.cpp's bert graph): attention, its residual add
+    /// and `attn_output_norm`; the FFN, its residual add and
+    /// `layer_output_norm` (post-norms, LayerNorm with biases). `rows`: the
+    /// output rows, in the last layer.
+    #[allow(clippy::too_many_arguments)]
+    fn encoder_layer(
+        &self,
+        inp_l: Tensor,
+        layer: &LayerWeights,
+        segments: &[Segment],
+        inputs: &[SegmentInputs],
+        pos: Tensor,
+        rows: Option<Tensor>,
+        il: usize,
+    ) -> Tensor {
+        let g = self.g;
+        let Mixer::Attention(attn) = &layer.mixer else {
+            unreachable!("an encoder's layers attend (no encoder row has recurrent layers)")
+        };
+        let mut cur = self.attention(inp_l, attn, segments, inputs, pos, il);
+        let mut residual = inp_l;
+        if let Some(rows) = rows {
+            cur = g.get_rows(cur, rows);
+            residual = g.get_rows(residual, rows);
+        }
+        let (w, b) = layer.attn_out_norm.expect("an encoder layer has its attention output norm");
+        let ffn_inp = self.norm_biased(g.add(cur, residual), Some(w), Some(b), "ffn_inp", Some(il));
+        let cur = match &layer.ffn {
+            Ffn::Dense(w) => self.ffn(ffn_inp, w, il),
+            Ffn::Moe(w) => self.moe_ffn(ffn_inp, w, il),
+        };
+        name(cur, "ffn_out", Some(il));
+        let (w, b) = layer.layer_out_norm.expect("an encoder layer has its output norm");
+        self.norm_biased(g.add(cur, ffn_inp), Some(w), Some(b), "l_out", Some(il))
+    }
+
+    /// An encoder's classification head over the rows of `x` (llama.cpp's
+    /// rank pooling after it picked the rows): tanh(cls · x + cls_b), then
+    /// cls.output · · + its bias; either part only where the model has it.
+    fn classify(&self, x: Tensor) -> Result<Tensor> {
+        let g = self.g;
+        let spec = self.bp.spec;
+        let no_head = || {
+            Error::Argument(format!(
+                "this {} model has no classification head (cls / cls.output weights): it cannot rerank",
+                spec.name
+            ))
+        };
+        let enc = self.bp.weights.encoder.as_ref().ok_or_else(no_head)?;
+        if enc.cls.is_none() && enc.cls_out.is_none() {
+            return Err(no_head());
+        }
+        let mut cur = x;
+        if let Some(cls) = enc.cls {
+            cur = g.tanh(self.linear(cls, enc.cls_b, cur));
+        }
+        if let Some(out) = enc.cls_out {
+            cur = self.linear(out, enc.cls_out_b, cur);
+        }
+        name(cur, "result_embd_pooled", None);
+        Ok(cur)
+    }
+
     /// A parallel block (llama.cpp's falcon graph): attention and the FFN
     /// both read the normed input (the attention Falcon-40B's second norm of
     /// it), and both outputs are added to the residual. `rows`: the output

@@ -70,6 +70,8 @@ impl GraphInputs {
                 // without a cache (training) the tokens see each other only; the
                 // slot ids are then declared but no op reads them
                 let (n_kv, v_trans) = match s.cache {
+                    // an encoder attends over the segment's own keys and values
+                    Some(_) if hp.non_causal => (s.n_tokens, false),
                     Some(c) => (if worst_case { c.layout().kv_size } else { c.n_kv(s.n_tokens) }, c.layout().v_trans),
                     None => (s.n_tokens, false),
                 };
@@ -98,6 +100,7 @@ impl GraphInputs {
         all: bool,
         flash_attn: bool,
         n_swa: u32,
+        non_causal: bool,
         scratch: &mut StepScratch,
     ) {
         let StepScratch { tokens, pos, out_ids, idxs, mask_f32, mask_f16, .. } = scratch;
@@ -114,13 +117,27 @@ impl GraphInputs {
             } else {
                 out_ids.push(first + toks.len() as i32 - 1);
             }
-            cache.k_idxs_into(toks.len(), idxs);
-            rt::tensor_set(inp.k_idxs, idxs);
-            cache.v_idxs_into(toks.len(), idxs);
-            rt::tensor_set(inp.v_idxs, idxs);
-            // the mask in its graph type: f16 with flash attention, else f32
+            // an encoder stores nothing: its slot ids are read by no op and have no memory
+            if !non_causal {
+                cache.k_idxs_into(toks.len(), idxs);
+                rt::tensor_set(inp.k_idxs, idxs);
+                cache.v_idxs_into(toks.len(), idxs);
+                rt::tensor_set(inp.v_idxs, idxs);
+            }
+            // the mask in its graph type: f16 with flash attention, else f32;
+            // an encoder's sees the whole segment
             let mut fill = |mask, window| {
-                if flash_attn {
+                if non_causal {
+                    if flash_attn {
+                        mask_f16.clear();
+                        mask_f16.resize(toks.len() * toks.len(), F16_ZERO);
+                        rt::tensor_set(mask, mask_f16);
+                    } else {
+                        mask_f32.clear();
+                        mask_f32.resize(toks.len() * toks.len(), 0.0);
+                        rt::tensor_set(mask, mask_f32);
+                    }
+                } else if flash_attn {
                     causal_mask_into(mask_f16, inp.n_kv, start, toks.len(), window, F16_ZERO, F16_NEG_INF);
                     rt::tensor_set(mask, mask_f16);
                 } else {

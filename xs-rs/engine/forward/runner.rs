@@ -400,6 +400,7 @@ impl Runner {
         match head {
             Head::Logits => self.hp.n_vocab,
             Head::Hidden => self.hp.n_embd,
+            Head::Rank => self.hp.n_cls_out,
         }
     }
 
@@ -414,14 +415,35 @@ impl Runner {
         pool: Option<&mut ComputePool>,
         ov: &Overrides,
     ) -> Result<Vec<Vec<f32>>> {
+        self.rows_of_sequences(sequences, Head::Hidden, pool, ov)
+    }
+
+    /// As `hidden_states`, with `head` on every token's row (Head::Rank:
+    /// an encoder's classifier outputs, n_cls_out a token).
+    pub fn rows_of_sequences(
+        &self,
+        sequences: &[Vec<i32>],
+        head: Head,
+        pool: Option<&mut ComputePool>,
+        ov: &Overrides,
+    ) -> Result<Vec<Vec<f32>>> {
         let variant = self.variant(ov)?;
         for (i, seq) in sequences.iter().enumerate() {
             self.check_tokens(seq, &format!("sequence {i}"))?;
             if seq.len() > self.n_ctx {
                 return Err(Error::KvOverflow { needed: seq.len(), capacity: self.n_ctx });
             }
+            // an encoder sees a sequence whole: it cannot go in chunks
+            if self.hp.non_causal && seq.len() > self.n_batch {
+                return Err(Error::Argument(format!(
+                    "sequence {i} has {} tokens, more than the batch of {} that an encoder ({}) must see at once (raise n_batch)",
+                    seq.len(),
+                    self.n_batch,
+                    self.spec.name
+                )));
+            }
         }
-        let width = self.hp.n_embd;
+        let width = self.output_width(head);
         let mut result: Vec<Vec<f32>> = sequences.iter().map(|s| Vec::with_capacity(s.len() * width)).collect();
         self.with_pool(pool, |pool| {
             let mut flat = Vec::new();
@@ -444,7 +466,7 @@ impl Runner {
                     for chunk in seq.chunks(self.n_batch) {
                         self.run_step(
                             &mut [(&mut caches[0], chunk)],
-                            StepKind { all: true, head: Head::Hidden, variant: &variant },
+                            StepKind { all: true, head, variant: &variant },
                             pool,
                             &mut flat,
                         )?;
@@ -453,12 +475,7 @@ impl Runner {
                 } else {
                     let mut segs: Vec<(&mut KvCache, &[i32])> =
                         caches.iter_mut().zip(group).map(|(c, s)| (c, s.as_slice())).collect();
-                    self.run_step(
-                        &mut segs,
-                        StepKind { all: true, head: Head::Hidden, variant: &variant },
-                        pool,
-                        &mut flat,
-                    )?;
+                    self.run_step(&mut segs, StepKind { all: true, head, variant: &variant }, pool, &mut flat)?;
                     let mut rows = flat.as_slice();
                     for (i, seq) in group.iter().enumerate() {
                         let (mine, rest) = rows.split_at(seq.len() * width);
@@ -742,7 +759,9 @@ impl Runner {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
-        timed(&self.profile, Phase::Inputs, || graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, scratch));
+        timed(&self.profile, Phase::Inputs, || {
+            graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, self.hp.non_causal, scratch)
+        });
         let computed = timed(&self.profile, Phase::Compute, || {
             pool.compute(&mut self.executor.lock().unwrap_or_else(|e| e.into_inner()))
         });

@@ -1,8 +1,10 @@
 //! Embeddings: the final hidden state of a text (after the output norm,
 //! before the output projection), pooled and normalised as llama.cpp's
 //! embedding mode and `llama-embedding` do.
+use crate::engine::forward::graph::Head;
 use crate::engine::forward::runner::Overrides;
 use crate::engine::generate::inference::Inference;
+use crate::engine::model::tokenizer::EncodeOptions;
 use crate::engine::{Error, Result};
 
 /// How the per-token hidden states become one vector (llama.cpp's
@@ -97,6 +99,37 @@ impl Inference {
             }
         }
         Ok(out)
+    }
+}
+
+impl Inference {
+    /// The relevance of each document to the query, from an encoder's
+    /// classification head (llama.cpp's rank pooling: the head on the first
+    /// token's final state). Each pair is tokenized as llama-embedding's
+    /// `--pooling rank` does (for BERT: [CLS] query [SEP] document [SEP]);
+    /// special-token texts in the query and documents are not parsed.
+    /// Errors: no documents, an empty text, a model without a
+    /// classification head.
+    pub fn rerank(&self, query: &[u8], documents: &[&[u8]], ov: &Overrides) -> Result<Vec<f32>> {
+        if documents.is_empty() {
+            return Err(Error::Argument("documents is empty: give at least one document to rank".into()));
+        }
+        let vocab = self.runner.model().vocab()?;
+        let plain = |text: &[u8], add_bos: bool, add_eos: bool| {
+            vocab.encode_bytes(text, EncodeOptions { add_bos, add_eos, parse_special: false })
+        };
+        let first = plain(query, vocab.add_bos_default(), false);
+        let pairs = documents
+            .iter()
+            .map(|doc| {
+                let mut tokens = first.clone();
+                tokens.extend(vocab.closing_id());
+                tokens.extend(plain(doc, false, vocab.add_eos_default()));
+                tokens
+            })
+            .collect::<Vec<_>>();
+        let rows = self.runner.rows_of_sequences(&pairs, Head::Rank, None, ov)?;
+        Ok(rows.iter().map(|r| r[0]).collect())
     }
 }
 

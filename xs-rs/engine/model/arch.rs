@@ -220,6 +220,12 @@ pub struct ArchSpec {
     /// The shared expert's gate is ggml's sigmoid (Qwen3.5-MoE) rather than
     /// silu(x) / x (Qwen2-MoE's graph).
     pub shared_gate_sigmoid: bool,
+    /// A BERT encoder: every token sees every other of its sequence (no
+    /// causal mask, no KV cache), token-type embeddings, a LayerNorm of the
+    /// embeddings, post-norm layers (`attn_output_norm` after the attention's
+    /// residual add, `layer_output_norm` after the FFN's), no output norm or
+    /// projection: the last layer's output is the embedding.
+    pub encoder: bool,
     /// The output rows are picked after the final norm rather than after
     /// the last layer's attention (Qwen3.5's graph; the same values, but
     /// the last FFN then runs over every row, as its kernels round).
@@ -260,6 +266,7 @@ const LLAMA: ArchSpec = ArchSpec {
     ffn_norm_is_post_attention: false,
     output_norm_is_token_embd_norm: false,
     shared_gate_sigmoid: false,
+    encoder: false,
     outputs_after_norm: false,
 };
 
@@ -430,7 +437,23 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         shared_gate_sigmoid: true,
         ..QWEN35
     },
+    BERT,
+    // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
+    ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
 ];
+
+/// BERT: learned positions, an ungated GELU FFN, biases where the file has them.
+const BERT: ArchSpec = ArchSpec {
+    name: "bert",
+    rope: Rope::None,
+    norm: Norm::Layer,
+    pre_norms: false,
+    act: Activation::Gelu,
+    experts: Experts::None,
+    rope_factors: RopeFactors::None,
+    encoder: true,
+    ..LLAMA
+};
 
 /// Qwen3.5, which its MoE variant changes.
 const QWEN35: ArchSpec = ArchSpec {
@@ -522,6 +545,12 @@ pub struct HParams {
     pub recurrent_layers: Vec<bool>,
     /// The taps of LFM2's short convolution (0 without).
     pub short_conv_taps: usize,
+    /// Encoders: the rows of `token_types` (`tokenizer.ggml.token_type_count`)
+    /// and the classifier's outputs (`classifier.output_labels`, default 1).
+    pub n_token_types: usize,
+    pub n_cls_out: usize,
+    /// Every token attends over its whole sequence (an encoder).
+    pub non_causal: bool,
 }
 
 /// The sizes of gated delta-net layers (llama.cpp's ssm_* hyperparameters).
@@ -679,6 +708,22 @@ impl HParams {
             if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
         let attn_temperature =
             (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
+        let n_token_types = model
+            .gguf
+            .get("tokenizer.ggml.token_type_count")
+            .and_then(|v| v.as_i64())
+            .map_or(0, |n| n.clamp(0, u32::MAX as i64) as usize);
+        if spec.encoder && n_token_types == 0 {
+            return Err(Error::Corrupt {
+                path: model.path().clone(),
+                what: format!(
+                    "the key tokenizer.ggml.token_type_count is missing or 0: a {} model needs its token type count",
+                    spec.name
+                ),
+            });
+        }
+        let n_cls_out =
+            model.gguf.arch_value("classifier.output_labels").and_then(|v| v.as_array()).map_or(1, |a| a.len());
         let rope_sections = if spec.rope == Rope::MultiInterleaved { keys.rope_sections(n_rot)? } else { [0; 4] };
         let (delta_net, recurrent_layers, short_conv_taps) = match spec.recurrent {
             Recurrent::None => (None, vec![false; n_layer], 0),
@@ -743,6 +788,9 @@ impl HParams {
             delta_net,
             recurrent_layers,
             short_conv_taps,
+            n_token_types,
+            n_cls_out,
+            non_causal: spec.encoder,
         })
     }
 

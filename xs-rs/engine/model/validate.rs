@@ -265,6 +265,9 @@ pub(crate) mod tests {
             delta_net: None,
             recurrent_layers: vec![false; 2],
             short_conv_taps: 0,
+            n_token_types: 0,
+            n_cls_out: 1,
+            non_causal: false,
         }
     }
 

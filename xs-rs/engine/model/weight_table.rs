@@ -60,8 +60,13 @@ pub enum TensorKind {
     ShortConvKernel,
     ShortConvIn,
     ShortConvOut,
-    /// LFM2's final norm, under this name.
+    /// An encoder's embeddings norm; LFM2's final norm, under this name.
     TokenEmbdNorm,
+    TokenTypes,
+    AttnOutNorm,
+    LayerOutNorm,
+    Cls,
+    ClsOut,
 }
 
 /// The block of a layer a weight belongs to: a recurrent layer reads no
@@ -121,6 +126,11 @@ impl TensorKind {
             ShortConvIn => "shortconv.in_proj",
             ShortConvOut => "shortconv.out_proj",
             TokenEmbdNorm => "token_embd_norm",
+            TokenTypes => "token_types",
+            AttnOutNorm => "attn_output_norm",
+            LayerOutNorm => "layer_output_norm",
+            Cls => "cls",
+            ClsOut => "cls.output",
         }
     }
 
@@ -242,6 +252,9 @@ pub enum Dim {
     /// LFM2's short convolution: its taps, and B, C and x side by side.
     ShortConvTaps,
     EmbdThrice,
+    /// An encoder's token types and classifier outputs.
+    TokenTypes,
+    ClsOut,
 }
 
 impl Dim {
@@ -278,6 +291,8 @@ impl Dim {
             Dim::DeltaHead => delta.map_or(0, |d| d.head_dim as i64),
             Dim::ShortConvTaps => hp.short_conv_taps as i64,
             Dim::EmbdThrice => 3 * hp.n_embd as i64,
+            Dim::TokenTypes => hp.n_token_types as i64,
+            Dim::ClsOut => hp.n_cls_out as i64,
         }
     }
 }
@@ -343,6 +358,10 @@ pub struct Conditions<'a> {
 }
 
 impl Conditions<'_> {
+    fn encoder(&self) -> bool {
+        self.spec.encoder
+    }
+
     fn recurrent_layer(&self) -> bool {
         self.il.is_some_and(|il| self.hp.is_recurrent(il))
     }
@@ -441,9 +460,17 @@ use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
 /// own, then each layer's.
 pub const WEIGHTS: &[WeightRow] = &[
     row(K::TokenEmbd, Weight, Input, &[Embd, Vocab], GetRows, |_| Required),
+    row(K::TokenTypes, Weight, Input, &[Embd, TokenTypes], GetRows, |c| Need::when(c.encoder(), Optional)),
     row(K::PosEmbd, Weight, Input, &[Embd, CtxTrain], GetRows, |c| Need::when(c.spec.rope == Rope::None, Required)),
+    // an encoder's classification head (reranking), if it has one
+    row(K::Cls, Weight, Scope::Output, &[Embd, Embd], MulMat, |c| Need::when(c.encoder(), Optional)),
+    row(K::Cls, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.encoder(), Optional)),
+    row(K::ClsOut, Weight, Scope::Output, &[Embd, ClsOut], MulMat, |c| Need::when(c.encoder(), Optional)),
+    row(K::ClsOut, Bias, Scope::Output, &[ClsOut], Add, |c| Need::when(c.encoder(), Optional)),
+    row(K::TokenEmbdNorm, Weight, Input, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::TokenEmbdNorm, Bias, Input, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
     row(K::OutputNorm, Weight, Scope::Output, &[Embd], Mul, |c| {
-        Need::when(!c.spec.output_norm_is_token_embd_norm, Required)
+        Need::when(!c.encoder() && !c.spec.output_norm_is_token_embd_norm, Required)
     }),
     WeightRow {
         file: K::TokenEmbdNorm,
@@ -451,8 +478,9 @@ pub const WEIGHTS: &[WeightRow] = &[
             Need::when(c.spec.output_norm_is_token_embd_norm, Required)
         })
     },
-    row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm(), Required)),
+    row(K::OutputNorm, Bias, Scope::Output, &[Embd], Add, |c| Need::when(c.layer_norm() && !c.encoder(), Required)),
     row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| match c.spec.output {
+        _ if c.encoder() => Skip,
         OutputWeight::Embd => Skip,
         OutputWeight::OwnOrEmbd => Optional,
         OutputWeight::Own => Required,
@@ -461,7 +489,7 @@ pub const WEIGHTS: &[WeightRow] = &[
     WeightRow {
         file: K::TokenEmbd,
         ..row(K::Output, Weight, Scope::Output, &[Embd, Vocab], MulMat, |c| {
-            Need::when(!c.found.has(K::Output), Required)
+            Need::when(!c.found.has(K::Output) && !c.encoder(), Required)
         })
     },
     row(K::RopeFreqs, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| Need::when(c.rope_freqs(), Optional)),
@@ -506,8 +534,8 @@ pub const WEIGHTS: &[WeightRow] = &[
     }),
     row(K::FfnUp, Weight, Layer, &[Embd, FfUp], MulMat, |c| Need::when(!c.experts(), Required)),
     row(K::FfnDown, Weight, Layer, &[Ff, Embd], MulMat, |c| Need::when(!c.experts(), Required)),
-    row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
-    row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts() && c.spec.dense_biases, Required)),
+    row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts(), dense_bias(c))),
+    row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts(), dense_bias(c))),
     row(K::AttnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm() && c.spec.pre_norms, Required)),
     row(K::FfnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm(), c.ffn_norm())),
     // OLMo 2 has no pre-norms
@@ -546,8 +574,22 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::ShortConvKernel, Weight, Layer, &[ShortConvTaps, Embd], Mul, short_conv),
     row(K::ShortConvIn, Weight, Layer, &[Embd, EmbdThrice], MulMat, short_conv),
     row(K::ShortConvOut, Weight, Layer, &[Embd, Embd], MulMat, short_conv),
+    row(K::AttnOutNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::AttnOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
+    row(K::LayerOutNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
+    row(K::LayerOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
 ];
+
+/// The FFN's biases: required with dense biases (GPT-2), optional in an
+/// encoder (BERT), else not read.
+fn dense_bias(c: &Conditions) -> Need {
+    if c.spec.dense_biases {
+        Required
+    } else {
+        Need::when(c.encoder(), Optional)
+    }
+}
 
 /// A gated delta-net layer's weights (in recurrent layers only: see WeightRow::need).
 fn delta_net(c: &Conditions) -> Need {

@@ -119,6 +119,25 @@ pub struct LayerWeights {
     pub ffn_norm_b: Option<Tensor>,
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Tensor>, // [n_embd]
+    /// An encoder's post-norms (weight, bias): after the attention's
+    /// residual add, and after the FFN's.
+    pub attn_out_norm: Option<(Tensor, Tensor)>,
+    pub layer_out_norm: Option<(Tensor, Tensor)>,
+}
+
+/// An encoder's extra weights: token types, the embeddings' norm, and the
+/// classification head if any.
+pub struct EncoderWeights {
+    /// [n_embd, n_token_types]; its first row is added to every token.
+    pub token_types: Option<Tensor>,
+    /// LayerNorm of the embeddings (weight, bias).
+    pub embd_norm: (Tensor, Tensor),
+    /// [n_embd, n_embd] and its bias, then tanh (llama.cpp's `cls`).
+    pub cls: Option<Tensor>,
+    pub cls_b: Option<Tensor>,
+    /// [n_embd, n_cls_out] and its bias (`cls.output`).
+    pub cls_out: Option<Tensor>,
+    pub cls_out_b: Option<Tensor>,
 }
 
 /// All weights of a model on one device. Immutable after load.
@@ -126,9 +145,13 @@ pub struct ModelWeights {
     pub tok_embd: Tensor, // [n_embd, n_vocab]
     /// Learned position embeddings [n_embd, n_ctx_train] (GPT-2).
     pub pos_embd: Option<Tensor>,
-    pub output_norm: Tensor, // [n_embd]
+    /// [n_embd]; None in an encoder.
+    pub output_norm: Option<Tensor>,
     pub output_norm_b: Option<Tensor>,
-    pub output: Tensor, // [n_embd, n_vocab] (a second tensor over token_embd when tied)
+    /// [n_embd, n_vocab] (a second tensor over token_embd when tied); None
+    /// in an encoder, which has no next-token logits.
+    pub output: Option<Tensor>,
+    pub encoder: Option<EncoderWeights>,
     /// RoPE frequency factors [n_rot / 2] shared by all layers: Llama 3's
     /// `rope_freqs`, or LongRoPE's long and short sets.
     pub rope_freqs: Option<Tensor>,
@@ -327,9 +350,17 @@ impl ModelWeights {
         Ok(ModelWeights {
             tok_embd: own.required(TokenEmbd),
             pos_embd: own.weight(PosEmbd),
-            output_norm: own.required(OutputNorm),
+            output_norm: own.weight(OutputNorm),
             output_norm_b: own.bias(OutputNorm),
-            output: own.required(Output),
+            output: own.weight(Output),
+            encoder: own.weight(TokenEmbdNorm).map(|norm| EncoderWeights {
+                token_types: own.weight(TokenTypes),
+                embd_norm: (norm, own.bias(TokenEmbdNorm).expect("required with its weight")),
+                cls: own.weight(Cls),
+                cls_b: own.bias(Cls),
+                cls_out: own.weight(ClsOut),
+                cls_out_b: own.bias(ClsOut),
+            }),
             rope_freqs: own.weight(RopeFreqs),
             rope_long: own.weight(RopeFactorsLong),
             rope_short: own.weight(RopeFactorsShort),
@@ -402,6 +433,8 @@ impl ReadWeights<'_> {
             ffn_norm_b: self.bias(FfnNorm),
             ffn: self.ffn(),
             ffn_post_norm: self.weight(FfnPostNorm),
+            attn_out_norm: self.weight(AttnOutNorm).zip(self.bias(AttnOutNorm)),
+            layer_out_norm: self.weight(LayerOutNorm).zip(self.bias(LayerOutNorm)),
         }
     }
 
@@ -532,14 +565,24 @@ impl ModelWeights {
                     }),
                 },
                 ffn_post_norm: o(l.ffn_post_norm),
+                attn_out_norm: l.attn_out_norm.map(|(w, b)| (t(w), t(b))),
+                layer_out_norm: l.layer_out_norm.map(|(w, b)| (t(w), t(b))),
             })
             .collect();
         ModelWeights {
             tok_embd: t(self.tok_embd),
             pos_embd: o(self.pos_embd),
-            output_norm: t(self.output_norm),
+            output_norm: o(self.output_norm),
             output_norm_b: o(self.output_norm_b),
-            output: t(self.output),
+            output: o(self.output),
+            encoder: self.encoder.as_ref().map(|e| EncoderWeights {
+                token_types: o(e.token_types),
+                embd_norm: (t(e.embd_norm.0), t(e.embd_norm.1)),
+                cls: o(e.cls),
+                cls_b: o(e.cls_b),
+                cls_out: o(e.cls_out),
+                cls_out_b: o(e.cls_out_b),
+            }),
             rope_freqs: self.rope_freqs,
             rope_long: self.rope_long,
             rope_short: self.rope_short,

@@ -5,7 +5,7 @@
 //! order, and the per-model strip attributes.
 use super::pretokenize::{self, ByteMap, PreTokenizer};
 use super::special::{SpecialToken, SpecialTokens};
-use super::{attr, bpe, id_map, BpeModel, Kind, SpecialIds, Texts, Vocab};
+use super::{attr, bpe, id_map, wpm, BpeModel, Kind, SpecialIds, Texts, Vocab};
 use crate::engine::model::gguf::{Array, Gguf};
 use crate::engine::{Error, Result};
 
@@ -117,21 +117,25 @@ fn corrupt(gguf: &Gguf, what: String) -> Error {
 /// The vocabulary of a GGUF file, as llama.cpp's llama_vocab::load builds it.
 pub fn build(gguf: &Gguf) -> Result<Vocab> {
     let (model_name, is_spm, tokens) = algorithm(gguf)?;
+    let is_wpm = model_name == "bert";
     let n = tokens.len();
     // A gemma4 tokenizer model is BPE with Gemma 4's pre-tokenizer, whatever
     // tokenizer.ggml.pre says.
     let pre_raw = if model_name == "gemma4" { Some("gemma4") } else { gguf.get_str("tokenizer.ggml.pre") };
-    let pre_spec = if is_spm { None } else { Some(pretokenize::find_spec(pre_raw, &gguf.path)?) };
+    let pre_spec = if is_spm || is_wpm { None } else { Some(pretokenize::find_spec(pre_raw, &gguf.path)?) };
     let scores = scores(gguf, n)?;
     let mut attrs = token_types(gguf, n)?;
     let (texts, ids) = token_texts(gguf, tokens)?;
     let id_of = |text: &str| ids.get(text.as_bytes()).copied();
 
     let (mut sp, mut fim) = special_ids(gguf, n, &model_name)?;
+    // WordPiece: adding special tokens always puts CLS (BOS) first and SEP
+    // last, whatever the file's flags (llama.cpp's WPM tokenize)
     let add_bos =
         gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(is_spm || pre_spec.is_some_and(|s| s.add_bos))
-            || pre_spec.is_some_and(|s| s.always_add_bos);
-    let add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
+            || pre_spec.is_some_and(|s| s.always_add_bos)
+            || is_wpm;
+    let add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false) || is_wpm;
     let add_space_prefix = is_spm && gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
     detect_by_text(&mut sp, &mut fim, &mut attrs, &id_of);
     // Control tokens named "unused…" are unused.
@@ -149,7 +153,7 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
         (0..n).filter(|&i| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0).collect();
     special_ids.sort_by_key(|&i| std::cmp::Reverse(texts.get(i).len()));
     let byte_map = ByteMap::new();
-    let escaped_spaces = is_spm || pre_spec.is_some_and(|s| s.escape_spaces);
+    let escaped_spaces = is_spm || is_wpm || pre_spec.is_some_and(|s| s.escape_spaces);
     let pieces = render_pieces(&texts, &attrs, escaped_spaces, &byte_map);
     strip_attributes(gguf, pre_raw.unwrap_or_default(), &special_ids, &mut attrs, &id_of);
     let special_tokens = SpecialTokens::new(
@@ -171,6 +175,13 @@ pub fn build(gguf: &Gguf) -> Result<Vocab> {
             byte_tokens[b as usize] = id_of(&format!("<0x{b:02X}>")).or_else(|| ids.get(&[b][..]).copied());
         }
         Kind::Spm { add_space_prefix, byte_tokens, joined_before_space: joined_before_space(&texts) }
+    } else if is_wpm {
+        // BERT's normaliser: lower case unless the file says otherwise, and
+        // accents stripped as lower case is, unless the file says otherwise
+        let lowercase = gguf.get_bool("tokenizer.ggml.normalizer.lowercase").unwrap_or(true);
+        let strip_accents = gguf.get_bool("tokenizer.ggml.normalizer.strip_accents").unwrap_or(lowercase);
+        let max_token_len = (0..n).map(|i| texts.get(i).len()).max().unwrap_or(0);
+        Kind::Wpm(Box::new(wpm::WordPiece::new(lowercase, strip_accents, max_token_len)))
     } else {
         let spec = pre_spec.expect("BPE has a pre-tokenizer");
         let merge_lines = gguf.get_str_array("tokenizer.ggml.merges").ok_or_else(|| {
@@ -226,7 +237,8 @@ fn suppress_tokens(gguf: &Gguf, n: usize) -> Result<Vec<i32>> {
     }
 }
 
-/// The tokenizer model's name, whether it is SentencePiece (else BPE), and
+/// The tokenizer model's name, whether it is SentencePiece (else BPE or
+/// WordPiece), and
 /// the token texts.
 fn algorithm(gguf: &Gguf) -> Result<(String, bool, &[String])> {
     let model_name = gguf.get_str("tokenizer.ggml.model").unwrap_or_default().to_string();
@@ -236,12 +248,12 @@ fn algorithm(gguf: &Gguf) -> Result<(String, bool, &[String])> {
     };
     let is_spm = match model_name.as_str() {
         "llama" => true,
-        "gpt2" | "gemma4" => false,
+        "gpt2" | "gemma4" | "bert" => false,
         other => {
             return Err(Error::UnsupportedTokenizer {
                 path: gguf.path.clone(),
                 what: format!(
-                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (BPE over UTF-8)"
+                    "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (BPE over UTF-8), bert (WordPiece)"
                 ),
             })
         }
@@ -325,6 +337,14 @@ fn special_ids(gguf: &Gguf, n: usize, model_name: &str) -> Result<(SpecialIds, F
     let mut sp = match model_name {
         "llama" => SpecialIds { bos: in_range(1), eos: in_range(2), unk: in_range(0), ..Default::default() },
         "gpt2" => SpecialIds { bos: in_range(11), eos: in_range(11), ..Default::default() },
+        "bert" => SpecialIds {
+            bos: in_range(101),
+            unk: in_range(100),
+            sep: in_range(102),
+            pad: in_range(0),
+            mask: in_range(103),
+            ..Default::default()
+        },
         _ => SpecialIds::default(),
     };
     let mut fim = Fim::default();

@@ -7,16 +7,19 @@
 //!
 //! The pipeline is llama.cpp's `llama_vocab::impl::tokenize`: special tokens
 //! are split out first (`special`), then each piece of text goes through SPM
-//! (`spm`) or pre-tokenizer + byte-level BPE (`pretokenize`, `bpe`).
+//! (`spm`), pre-tokenizer + byte-level BPE (`pretokenize`, `bpe`), or
+//! BERT's WordPiece (`wpm`).
 mod bpe;
 mod hash;
 mod load;
+mod nfd_table;
 mod pretokenize;
 mod special;
 mod spm;
 #[cfg(test)]
 mod tests;
 pub mod utf8;
+mod wpm;
 
 use super::gguf::Gguf;
 use crate::engine::{Error, Result};
@@ -73,6 +76,8 @@ enum Kind {
     },
     /// BPE (`gpt2`: byte-level; `gemma4`: over UTF-8 characters).
     Bpe(Box<BpeModel>),
+    /// WordPiece (`bert`).
+    Wpm(Box<wpm::WordPiece>),
 }
 
 struct BpeModel {
@@ -181,8 +186,13 @@ impl Vocab {
         self.special_ids.bos
     }
 
-    pub fn eos_id(&self) -> Option<i32> {
-        self.special_ids.eos
+    /// The token that adding special tokens puts at the end: SEP for
+    /// WordPiece (as llama.cpp), else EOS.
+    pub fn closing_id(&self) -> Option<i32> {
+        match self.kind {
+            Kind::Wpm(_) => self.special_ids.sep,
+            _ => self.special_ids.eos,
+        }
     }
 
     pub fn special_ids(&self) -> SpecialIds {
@@ -199,11 +209,12 @@ impl Vocab {
         &self.eog
     }
 
-    /// "spm" or "bpe".
+    /// "spm", "bpe" or "wpm".
     pub fn algorithm(&self) -> &'static str {
         match self.kind {
             Kind::Spm { .. } => "spm",
             Kind::Bpe(_) => "bpe",
+            Kind::Wpm(_) => "wpm",
         }
     }
 
@@ -216,7 +227,7 @@ impl Vocab {
     pub fn pre_name(&self) -> Option<&str> {
         match &self.kind {
             Kind::Bpe(m) => Some(&m.pre_name),
-            Kind::Spm { .. } => None,
+            Kind::Spm { .. } | Kind::Wpm(_) => None,
         }
     }
 
@@ -327,9 +338,21 @@ impl Vocab {
                     }
                 }
             }
+            Kind::Wpm(model) => {
+                let mut state = wpm::WpmState::default();
+                let lookup = |t: &[u8]| self.ids.get(t).copied();
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text { start, end } => {
+                            model.tokenize(&text[start..end], lookup, self.special_ids.unk, &mut state, &mut out)
+                        }
+                    }
+                }
+            }
         }
         if options.add_eos {
-            out.extend(self.special_ids.eos);
+            out.extend(self.closing_id());
         }
         out
     }

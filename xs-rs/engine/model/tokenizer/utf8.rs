@@ -23,7 +23,7 @@ const REPLACEMENT: u32 = 0xFFFD;
 /// it and the bytes used. Unreadable input gives (U+FFFD, 1). Code points
 /// above U+10FFFF, which llama.cpp cannot write back (it throws), are read as
 /// one U+FFFD for the whole sequence.
-fn read_lenient(bytes: &[u8]) -> (u32, usize) {
+pub fn read_lenient(bytes: &[u8]) -> (u32, usize) {
     let b0 = bytes[0] as u32;
     let cont = |i: usize| bytes.get(i).is_some_and(|&b| b & 0xC0 == 0x80);
     let low = |i: usize| (bytes[i] & 0x3F) as u32;
