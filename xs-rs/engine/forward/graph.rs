@@ -806,10 +806,7 @@ impl Builder<'_, '_> {
         il: usize,
     ) -> Tensor {
         let g = self.g;
-        let Mixer::Attention(attn) = &layer.mixer else {
-            unreachable!("an encoder's layers attend (no encoder row has recurrent layers)")
-        };
-        let mut cur = self.attention(inp_l, attn, segments, inputs, pos, il);
+        let mut cur = self.attention(inp_l, layer.mixer.attention(), segments, inputs, pos, il);
         let mut residual = inp_l;
         if let Some(rows) = rows {
             cur = g.get_rows(cur, rows);
@@ -874,10 +871,7 @@ impl Builder<'_, '_> {
             Some((w, b)) => self.norm_biased(inp_l, Some(w), Some(b), "attn_norm_2", Some(il)),
             None => attn_norm,
         };
-        let Mixer::Attention(attn) = &layer.mixer else {
-            unreachable!("a parallel block's layers attend (no such row has recurrent layers)")
-        };
-        let mut cur = self.attention(attn_in, attn, segments, inputs, pos, il);
+        let mut cur = self.attention(attn_in, layer.mixer.attention(), segments, inputs, pos, il);
         let mut residual = inp_l;
         if let Some(rows) = rows {
             cur = g.get_rows(cur, rows);

@@ -72,6 +72,17 @@ pub enum Mixer {
     ShortConv(ShortConvWeights),
 }
 
+impl Mixer {
+    /// The attention weights of a layer whose row always attends (parallel
+    /// blocks, encoders: no such row has recurrent layers).
+    pub fn attention(&self) -> &AttnWeights {
+        match self {
+            Mixer::Attention(attn) => attn,
+            _ => unreachable!("this architecture's layers all attend"),
+        }
+    }
+}
+
 /// Gated feed-forward weights of one layer.
 pub struct FfnWeights {
     /// [n_embd, n_ff]; None when ungated or when `up` holds gate and up (Phi-3).
