@@ -14,7 +14,7 @@ use crate::engine::ggml::ops::row_size;
 use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
-use crate::engine::model::arch::{Experts, Norm, QkNorm, SwaRope};
+use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
     AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights,
@@ -146,9 +146,9 @@ impl Blueprint<'_> {
         }
         g.expand(inp_l);
 
-        if self.differentiable && hp.has_recurrent() {
+        if let (true, Some(what)) = (self.differentiable, self.spec.untrainable()) {
             return Err(Error::Argument(format!(
-                "training is not supported for {}: ggml cannot differentiate its recurrent layers",
+                "training is not supported for {}: ggml cannot differentiate {what}",
                 self.spec.name
             )));
         }
@@ -532,7 +532,7 @@ impl Builder<'_, '_> {
             };
             let mask = if hp.is_swa(il) { inp.mask_swa } else { inp.mask };
             let mask = mask.expect("the masks are made for the kinds of layer there are");
-            let cur = self.attn_mha(qs, kc, vc, mask, kq_scale, v_trans);
+            let cur = self.attn_mha(qs, kc, vc, mask, w.sinks, kq_scale, v_trans);
             out = Some(match out {
                 None => cur,
                 Some(prev) => g.concat(prev, cur, 1),
@@ -715,7 +715,17 @@ impl Builder<'_, '_> {
     }
 
     /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
-    fn attn_mha(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32, v_trans: bool) -> Tensor {
+    #[allow(clippy::too_many_arguments)]
+    fn attn_mha(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        sinks: Option<Tensor>,
+        kq_scale: f32,
+        v_trans: bool,
+    ) -> Tensor {
         let (g, hp) = (self.g, self.bp.hp);
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
@@ -734,6 +744,9 @@ impl Builder<'_, '_> {
             };
             let (k, v) = (f16(k), f16(v));
             let cur = g.flash_attn_ext(q, k, v, mask, kq_scale, hp.attn_softcap);
+            if let Some(sinks) = sinks {
+                g.add_sinks(cur, sinks, true);
+            }
             g.flash_attn_set_n_kv_max(cur, 0);
             g.prec_f32(cur);
             let ne = cur.ne();
@@ -745,6 +758,9 @@ impl Builder<'_, '_> {
             kq = self.softcap(kq, hp.attn_softcap);
         }
         let kq = g.soft_max_ext(kq, mask, kq_scale, 0.0);
+        if let Some(sinks) = sinks {
+            g.add_sinks(kq, sinks, false);
+        }
         let v = if v_trans { v } else { g.cont(g.transpose(v)) };
         let kqv = g.mul_mat(v, kq);
         let cur = g.permute(kqv, [0, 2, 1, 3]);
@@ -902,11 +918,21 @@ impl Builder<'_, '_> {
         // the rows of x: in the last layer only the output rows
         let n = x.ne()[1];
         let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
-        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        let mut logits = self.mm(w.gate_inp, x); // [n_expert, n]
         name(logits, "ffn_moe_logits", Some(il));
-        let probs = g.soft_max(logits);
+        if let Some(bias) = w.biases.as_ref().map(|b| b.gate_inp) {
+            logits = g.add(logits, bias);
+        }
+        let spec = self.bp.spec;
+        let probs = match spec.expert_gating {
+            ExpertGating::Softmax => g.soft_max(logits),
+            ExpertGating::SoftmaxOfChosen => logits,
+        };
         let selected = g.argsort_top_k(probs, n_used as i32); // [n_used, n]
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n), selected); // [1, n_used, n]
+        if spec.expert_gating == ExpertGating::SoftmaxOfChosen {
+            weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, n)), 1, n_used, n);
+        }
         let renormalize = match self.bp.spec.experts {
             Experts::Always { renormalize, .. } => renormalize,
             _ => true,
@@ -922,8 +948,16 @@ impl Builder<'_, '_> {
         let cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
         let (gate, up) = match w.up_exps {
             ExpertsUp::Up(up_exps) => {
-                let up = g.mul_mat_id(up_exps, cur, selected); // [n_ff_exp, n_used, n]
-                (w.gate_exps.map(|gate| g.mul_mat_id(gate, cur, selected)), up)
+                // each expert's bias after its product (gpt-oss), chosen by the same ids
+                let biased = |t: Tensor, bias: Option<Tensor>| match bias {
+                    Some(b) => g.add_id(t, b, selected),
+                    None => t,
+                };
+                let up = biased(g.mul_mat_id(up_exps, cur, selected), w.biases.as_ref().map(|b| b.up_exps)); // [n_ff_exp, n_used, n]
+                let gate = w
+                    .gate_exps
+                    .map(|gate| biased(g.mul_mat_id(gate, cur, selected), w.biases.as_ref().map(|b| b.gate_exps)));
+                (gate, up)
             }
             ExpertsUp::GateUp(fused) => {
                 // one product, then the gate and up halves as views (llama.cpp's merged path)
@@ -935,12 +969,17 @@ impl Builder<'_, '_> {
                 (Some(g.view_3d(both, [half, ne[1], ne[2]], nb, 0)), up)
             }
         };
-        let act = match (gate, self.bp.spec.act) {
-            (Some(gate), Activation::SwiGlu) => g.swiglu_split(gate, up),
-            (Some(gate), Activation::GeGlu | Activation::Gelu) => g.geglu_split(gate, up),
-            (None, _) => g.silu(up),
+        let act = match (gate, spec.clamped_swiglu, spec.act) {
+            (Some(gate), Some((alpha, limit)), _) => g.swiglu_oai(gate, up, alpha, limit),
+            (Some(gate), None, Activation::SwiGlu) => g.swiglu_split(gate, up),
+            (Some(gate), None, Activation::GeGlu | Activation::Gelu) => g.geglu_split(gate, up),
+            (None, _, _) => g.silu(up),
         };
-        let experts = g.mul(g.mul_mat_id(w.down_exps, act, selected), weights); // [n_embd, n_used, n]
+        let mut down = g.mul_mat_id(w.down_exps, act, selected); // [n_embd, n_used, n]
+        if let Some(b) = &w.biases {
+            down = g.add_id(down, b.down_exps, selected);
+        }
+        let experts = g.mul(down, weights);
         g.expand(experts);
         let nb = experts.nb();
         let views: Vec<Tensor> = (0..n_used as usize)

@@ -180,6 +180,21 @@ extern "C" {
     ) -> *mut ggml_tensor;
     fn ggml_softplus(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_sigmoid(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
+    fn ggml_add_id(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        ids: *mut ggml_tensor,
+    ) -> *mut ggml_tensor;
+    fn ggml_swiglu_oai(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        alpha: f32,
+        limit: f32,
+    ) -> *mut ggml_tensor;
+    fn ggml_soft_max_add_sinks(a: *mut ggml_tensor, sinks: *mut ggml_tensor);
+    fn ggml_flash_attn_ext_add_sinks(a: *mut ggml_tensor, sinks: *mut ggml_tensor);
     fn ggml_ssm_conv(ctx: *mut ggml_context, sx: *mut ggml_tensor, c: *mut ggml_tensor) -> *mut ggml_tensor;
     #[allow(clippy::too_many_arguments)]
     fn ggml_gated_delta_net(
@@ -648,6 +663,9 @@ impl Ctx {
         fn softplus(a) => ggml_softplus;
         /// 1 / (1 + exp(-a)), ggml's own kernel (not differentiable).
         fn sigmoid(a) => ggml_sigmoid;
+        /// a [ne0, n_used, n] plus, for each (used, token), the row of b
+        /// [ne0, n_expert] that `ids` [n_used, n] names (experts' biases).
+        fn add_id(a, b, ids) => ggml_add_id;
         /// Mamba's depthwise causal convolution: `sx` [d_conv - 1 + n_tokens,
         /// channels, n_seqs] by the kernel `c` [d_conv, channels].
         fn ssm_conv(sx, c) => ggml_ssm_conv;
@@ -774,6 +792,24 @@ impl Ctx {
     ) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_gated_delta_net(self.c(), q.0, k.0, v.0, gate.0, beta.0, state.0, n_snapshots) })
+    }
+    /// gpt-oss's clamped SwiGLU: gate clamped above at `limit`, up to
+    /// [-limit, limit], gate · σ(alpha · gate) · (up + 1).
+    pub fn swiglu_oai(&self, gate: Tensor, up: Tensor, alpha: f32, limit: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_swiglu_oai(self.c(), gate.0, up.0, alpha, limit) })
+    }
+    /// Attention sinks on a softmax or flash-attention node: a logit per
+    /// head [n_head] that joins every row's normaliser.
+    pub fn add_sinks(&self, attention: Tensor, sinks: Tensor, flash: bool) {
+        // SAFETY: both are live tensors of this graph; the call records `sinks` as a source.
+        unsafe {
+            if flash {
+                ggml_flash_attn_ext_add_sinks(attention.0, sinks.0)
+            } else {
+                ggml_soft_max_add_sinks(attention.0, sinks.0)
+            }
+        }
     }
     pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32, max_bias: f32) -> Tensor {
         // SAFETY: see the note above.

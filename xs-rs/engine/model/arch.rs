@@ -102,6 +102,15 @@ pub enum Recurrent {
     ShortConv,
 }
 
+/// How a mixture of experts weighs the experts it chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGating {
+    /// The softmax over every expert's logit, read at the chosen ones.
+    Softmax,
+    /// The top-k logits, then the softmax over those (gpt-oss).
+    SoftmaxOfChosen,
+}
+
 /// RMSNorm of Q and K before RoPE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QkNorm {
@@ -220,6 +229,17 @@ pub struct ArchSpec {
     /// The shared expert's gate is ggml's sigmoid (Qwen3.5-MoE) rather than
     /// silu(x) / x (Qwen2-MoE's graph).
     pub shared_gate_sigmoid: bool,
+    /// How the experts are weighed, and whether the router and every
+    /// expert projection carry biases (gpt-oss: `ffn_gate_inp.bias`, the
+    /// experts' through ggml_add_id).
+    pub expert_gating: ExpertGating,
+    pub expert_biases: bool,
+    /// The experts' activation is gpt-oss's clamped SwiGLU (alpha, limit)
+    /// instead of `act`.
+    pub clamped_swiglu: Option<(f32, f32)>,
+    /// A learned logit per head (`attn_sinks`) joins each softmax's
+    /// normaliser (gpt-oss's attention sinks).
+    pub attn_sinks: bool,
     /// A BERT encoder: every token sees every other of its sequence (no
     /// causal mask, no KV cache), token-type embeddings, a LayerNorm of the
     /// embeddings, post-norm layers (`attn_output_norm` after the attention's
@@ -267,6 +287,10 @@ const LLAMA: ArchSpec = ArchSpec {
     output_norm_is_token_embd_norm: false,
     shared_gate_sigmoid: false,
     encoder: false,
+    expert_gating: ExpertGating::Softmax,
+    expert_biases: false,
+    clamped_swiglu: None,
+    attn_sinks: false,
     outputs_after_norm: false,
 };
 
@@ -437,6 +461,22 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         shared_gate_sigmoid: true,
         ..QWEN35
     },
+    ArchSpec {
+        name: "gpt-oss",
+        rope: Rope::Neox,
+        experts: Experts::Always { renormalize: false, shared: false },
+        expert_gating: ExpertGating::SoftmaxOfChosen,
+        expert_biases: true,
+        clamped_swiglu: Some((1.702, 7.0)),
+        attn_sinks: true,
+        swa_pattern: Some(2),
+        swa_rope: SwaRope::Global,
+        rope_factors: RopeFactors::None,
+        ffn_norm_is_post_attention: true,
+        outputs_after_norm: true,
+        output: OutputWeight::Own,
+        ..LLAMA
+    },
     BERT,
     // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
     ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
@@ -469,6 +509,20 @@ const QWEN35: ArchSpec = ArchSpec {
     outputs_after_norm: true,
     ..LLAMA
 };
+
+impl ArchSpec {
+    /// What ggml cannot differentiate in this architecture's forward pass
+    /// (None: it can be trained).
+    pub fn untrainable(&self) -> Option<&'static str> {
+        if self.recurrent != Recurrent::None {
+            Some("its recurrent layers")
+        } else if self.clamped_swiglu.is_some() || self.attn_sinks {
+            Some("its attention sinks and clamped SwiGLU experts")
+        } else {
+            None
+        }
+    }
+}
 
 /// The row for `name`, or an error naming the file (`path`), the
 /// architecture and the supported ones.

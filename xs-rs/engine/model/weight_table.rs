@@ -67,6 +67,8 @@ pub enum TensorKind {
     LayerOutNorm,
     Cls,
     ClsOut,
+    /// gpt-oss's attention sinks.
+    AttnSinks,
 }
 
 /// The block of a layer a weight belongs to: a recurrent layer reads no
@@ -131,13 +133,16 @@ impl TensorKind {
             LayerOutNorm => "layer_output_norm",
             Cls => "cls",
             ClsOut => "cls.output",
+            AttnSinks => "attn_sinks",
         }
     }
 
     fn block(self) -> Block {
         use TensorKind::*;
         match self {
-            AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm => Block::Attention,
+            AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm | AttnSinks => {
+                Block::Attention
+            }
             DeltaQkv | DeltaGate | SsmConv1d | SsmDt | SsmA | SsmBeta | SsmAlpha | SsmNorm | SsmOut
             | ShortConvKernel | ShortConvIn | ShortConvOut => Block::Recurrent,
             _ => Block::Any,
@@ -529,6 +534,12 @@ pub const WEIGHTS: &[WeightRow] = &[
         Need::when(c.experts() && !c.found.has(K::FfnGateUpExps), Required)
     }),
     row(K::FfnDownExps, Weight, Layer, &[FfExp, Embd, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
+    // gpt-oss: the router's and the experts' biases
+    row(K::FfnGateInp, Bias, Layer, &[ExpertCount], Add, expert_bias),
+    row(K::FfnGateExps, Bias, Layer, &[FfExp, ExpertCount], Add, expert_bias),
+    row(K::FfnUpExps, Bias, Layer, &[FfExp, ExpertCount], Add, expert_bias),
+    row(K::FfnDownExps, Bias, Layer, &[Embd, ExpertCount], Add, expert_bias),
+    row(K::AttnSinks, Weight, Layer, &[Heads], Mul, |c| Need::when(c.spec.attn_sinks, Required)),
     row(K::FfnGate, Weight, Layer, &[Embd, Ff], MulMat, |c| {
         Need::when(!c.experts() && c.spec.act != Activation::Gelu && !c.spec.fused_ffn_up, Required)
     }),
@@ -580,6 +591,11 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::LayerOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
 ];
+
+/// gpt-oss's biases of the router and the experts.
+fn expert_bias(c: &Conditions) -> Need {
+    Need::when(c.experts() && c.spec.expert_biases, Required)
+}
 
 /// The FFN's biases: required with dense biases (GPT-2), optional in an
 /// encoder (BERT), else not read.

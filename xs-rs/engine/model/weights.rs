@@ -43,6 +43,8 @@ pub struct AttnWeights {
     pub bo: Option<Tensor>,
     pub q_norm: Option<Tensor>, // [head_dim_k]
     pub k_norm: Option<Tensor>, // [head_dim_k]
+    /// gpt-oss's attention sinks: a logit per head [n_head].
+    pub sinks: Option<Tensor>,
 }
 
 /// A gated delta-net layer's weights (Qwen3.5's linear attention).
@@ -102,6 +104,17 @@ pub struct MoeWeights {
     pub down_exps: Tensor, // [n_ff_exp, n_embd, n_expert]
     /// A shared expert, gated per token by sigmoid(gate_inp · x) (Qwen2-MoE).
     pub shared: Option<(Tensor, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
+    /// The router's and every expert's biases (gpt-oss).
+    pub biases: Option<ExpertBiases>,
+}
+
+/// gpt-oss's biases of a mixture of experts.
+#[derive(Clone, Copy)]
+pub struct ExpertBiases {
+    pub gate_inp: Tensor,  // [n_expert]
+    pub gate_exps: Tensor, // [n_ff_exp, n_expert]
+    pub up_exps: Tensor,   // [n_ff_exp, n_expert]
+    pub down_exps: Tensor, // [n_embd, n_expert]
 }
 
 /// The experts' up projection, alone or fused with their gate.
@@ -468,6 +481,7 @@ impl ReadWeights<'_> {
             bo: self.bias(AttnOut),
             q_norm: self.weight(AttnQNorm),
             k_norm: self.weight(AttnKNorm),
+            sinks: self.weight(AttnSinks),
         }
     }
 
@@ -491,6 +505,12 @@ impl ReadWeights<'_> {
                         down_b: None,
                     };
                     (shexp_gate, shexp)
+                }),
+                biases: self.bias(FfnGateInp).map(|gate_inp| ExpertBiases {
+                    gate_inp,
+                    gate_exps: self.bias(FfnGateExps).expect("required with the router's bias"),
+                    up_exps: self.bias(FfnUpExps).expect("required with the router's bias"),
+                    down_exps: self.bias(FfnDownExps).expect("required with the router's bias"),
                 }),
             }),
             None => Ffn::Dense(FfnWeights {
@@ -541,6 +561,7 @@ impl ModelWeights {
                         bo: o(a.bo),
                         q_norm: o(a.q_norm),
                         k_norm: o(a.k_norm),
+                        sinks: o(a.sinks),
                     }),
                     Mixer::ShortConv(c) => Mixer::ShortConv(ShortConvWeights {
                         kernel: t(c.kernel),
@@ -573,6 +594,12 @@ impl ModelWeights {
                         },
                         down_exps: t(m.down_exps),
                         shared: m.shared.as_ref().map(|(g, f)| (t(*g), ffn(f))),
+                        biases: m.biases.map(|b| ExpertBiases {
+                            gate_inp: t(b.gate_inp),
+                            gate_exps: t(b.gate_exps),
+                            up_exps: t(b.up_exps),
+                            down_exps: t(b.down_exps),
+                        }),
                     }),
                 },
                 ffn_post_norm: o(l.ffn_post_norm),
