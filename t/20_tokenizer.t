@@ -94,6 +94,29 @@ for my $name (@present) {
     is($ok, $total, "hard cases, $name: $ok/$total identical");
 }
 
+# Pre-tokenizers whose vocabulary llama.cpp does not ship: a vocabulary-only
+# file with another vocabulary's tokens and merges (t/make-arch-models), its
+# hard cases against llama.cpp's ids for the same file.
+SKIP: {
+    require File::Temp;
+    my $dir = File::Temp::tempdir(CLEANUP => 1);
+    my $vocabs = LughTest::arch_models($dir, 1, 'vocab-gpt-4o');
+    skip $vocabs, 2 unless ref $vocabs;
+    my $tok = Lugh::Tokenizer->new(model => Lugh::Model->new(model => $vocabs->{'vocab-gpt-4o'}));
+    is($tok->pre_tokenizer, 'gpt-4o', 'the derived vocabulary has the gpt-4o pre-tokenizer');
+    my $rows = read_jsonl(File::Spec->catfile('t', 'data', 'tokenizer-golden', 'vocab-gpt-4o.jsonl'));
+    my ($ok, $total) = (0, 0);
+    for my $row (@$rows) {
+        my $bytes = pack 'H*', $row->{hex};
+        for my $mode (qw(plain special)) {
+            my @got = $tok->encode($bytes, bytes => 1, add_special => 0, parse_special => $mode eq 'special');
+            $total++;
+            if ("@got" eq "@{$row->{$mode}}") { $ok++ } else { diag("gpt-4o $mode: hex $row->{hex} differs") }
+        }
+    }
+    is($ok, $total, "hard cases, gpt-4o pre-tokenizer (Llama 3's merges): $ok/$total identical");
+}
+
 # decode(encode($s)) eq $s, on every valid-UTF-8 test string.
 require Encode;
 my @strings = map { my $b = $_; my $s = eval { Encode::decode('UTF-8', $b, Encode::FB_CROAK()) }; defined $s ? $s : () }

@@ -32,6 +32,20 @@ const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|
 /// Qwen 3.5's pattern: Qwen2's with combining marks (\p{M}) joining letters.
 const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's pattern (o200k: gpt-oss, Llama 4), as llama.cpp writes it: a
+/// letter that is not lower case is `(?=[\p{L}])([^a-z])`. The regex crate
+/// has no look-ahead; [`PreTokenizer::new`] reads those as the classes they
+/// stand for (`[\p{L}--a-z]`), and the unit tests check the two split alike.
+const GPT4O: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+    r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+
+/// GPT-4o's letter look-aheads and the classes they stand for.
+const LETTER_LOOKAHEADS: [(&str, &str); 2] =
+    [(r"((?=[\p{L}])([^a-z]))", r"[\p{L}--a-z]"), (r"((?=[\p{L}])([^A-Z]))", r"[\p{L}--A-Z]")];
+
 /// DeepSeek LLM's patterns. llama.cpp runs those without a `\p{..}` class
 /// through std::wregex after replacing every non-ASCII space by U+000B: `\s`
 /// still means every space, but a literal range that holds a non-ASCII space
@@ -135,6 +149,7 @@ pub const PRE_TOKENIZERS: &[PreSpec] = &[
         ..BYTE_LEVEL
     },
     PreSpec { names: &["qwen35"], patterns: &[QWEN35], ..BYTE_LEVEL },
+    PreSpec { names: &["gpt-4o", "llama4", "kanana2", "talkie"], patterns: &[GPT4O], ..BYTE_LEVEL },
     PreSpec { names: &["deepseek-llm"], patterns: DEEPSEEK_LLM, ..BYTE_LEVEL },
     PreSpec {
         // Also the pre-tokenizer of every `tokenizer.ggml.model = gemma4` file.
@@ -238,6 +253,7 @@ impl PreTokenizer {
                 } else {
                     (pattern.to_string(), SpaceRun::AsIs)
                 };
+                let base = LETTER_LOOKAHEADS.iter().fold(base, |p, (lookahead, class)| p.replace(lookahead, class));
                 let regex = Regex::new(&with_llama_classes(&base)).map_err(|e| {
                     Error::Argument(format!("Lugh's pre-tokenizer pattern {pattern} does not compile: {e}"))
                 })?;
@@ -410,6 +426,7 @@ mod tests {
         "e\u{301}\u{301}x \u{301}a \u{897}b 1\u{301}",
         "µÀ ℂ한국어 中文\u{3000}、。！？ ‘q’ 𐐀 a\u{1680}b\u{2000}\n\r",
         "trailing spaces   ",
+        "HelloWorld XMLHttpRequest camelCase ÉCOLE Ünïcödé don'T I'M WE'LL x/y\n/z",
     ];
 
     #[test]
