@@ -134,4 +134,20 @@ for my $name (qw(qwen35 lfm2)) {
         "$name: and the session stays usable");
 }
 
+# Files whose recurrent sizes do not fit together croak when loaded (ggml's
+# ops would abort the process on them).
+my $bad = arch_models(
+    $dir, 1,
+    '{"name":"bad-heads","base":"qwen35","delta_net":{"d_conv":4,"head_dim":32,"n_k_heads":3,"n_v_heads":4}}',
+    '{"name":"bad-taps","base":"lfm2","short_conv":1}',
+    '{"name":"bad-sections","base":"qwen35","rope_sections":[9,9,9,0]}'
+);
+croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-heads'}), n_threads => 1) },
+    qr/delta-net sizes do not fit together: .*a multiple of ssm\.group_count 3/, 'value heads not a multiple of key heads');
+croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-taps'}), n_threads => 1) },
+    qr/lfm2\.shortconv\.l_cache is 1, not between 2 and 64/, 'a short convolution of one tap');
+croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-sections'}), n_threads => 1) },
+    qr/qwen35\.rope\.dimension_sections \[9, 9, 9, 0\] must cover between 1 and n_rot \/ 2 = 8/,
+    'RoPE sections wider than the rotated part');
+
 done_testing;
