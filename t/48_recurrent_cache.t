@@ -143,7 +143,8 @@ my $bad = arch_models(
     '{"name":"bad-sections","base":"qwen35","rope_sections":[9,9,9,0]}'
 );
 croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-heads'}), n_threads => 1) },
-    qr/delta-net sizes do not fit together: .*a multiple of ssm\.group_count 3/, 'value heads not a multiple of key heads');
+    qr/delta-net sizes do not fit together: .*a multiple of ssm\.group_count 3/,
+    'value heads not a multiple of key heads');
 croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-taps'}), n_threads => 1) },
     qr/lfm2\.shortconv\.l_cache is 1, not between 2 and 64/, 'a short convolution of one tap');
 croaks_like(sub { Lugh::Inference->new(model => Lugh::Model->new(model => $bad->{'bad-sections'}), n_threads => 1) },
