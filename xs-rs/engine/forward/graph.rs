@@ -495,10 +495,19 @@ impl Builder<'_, '_> {
         name(q, "Qcur", Some(il));
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
-        if let Some(temperature) = self.attn_temp {
-            // Llama 4's temperature tuning (llama.cpp's Mistral 3 graph)
+        let rotated = hp.uses_rope(spec, il);
+        let temperature_here = hp.attn_temperature.is_some_and(|t| !t.no_rope_layers_only || !rotated);
+        if let (Some(temperature), true) = (self.attn_temp, temperature_here) {
+            // Llama 4's temperature tuning: every layer after RoPE (llama.cpp's
+            // Mistral 3 graph), or the layers without RoPE instead of it (Llama 4)
             q = g.mul(q, temperature);
             name(q, "Qcur_attn_temp_scaled", Some(il));
+        }
+        if hp.qk_norm_after_rope && rotated {
+            q = g.rms_norm(q, hp.norm_eps);
+            k = g.rms_norm(k, hp.norm_eps);
+            name(q, "Qcur_normed", Some(il));
+            name(k, "Kcur_normed", Some(il));
         }
         let kq_scale = if spec.scale_q {
             q = self.contiguous_grad(g.scale(q, hp.attention_scale));
@@ -927,8 +936,11 @@ impl Builder<'_, '_> {
         let probs = match spec.expert_gating {
             ExpertGating::Softmax => g.soft_max(logits),
             ExpertGating::SoftmaxOfChosen => logits,
+            ExpertGating::SigmoidBeforeExpert => g.sigmoid(logits),
         };
-        let selected = g.argsort_top_k(probs, n_used as i32); // [n_used, n]
+        // Llama 4 chooses by the logits themselves
+        let choose_by = if spec.expert_gating == ExpertGating::SigmoidBeforeExpert { logits } else { probs };
+        let selected = g.argsort_top_k(choose_by, n_used as i32); // [n_used, n]
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n), selected); // [1, n_used, n]
         if spec.expert_gating == ExpertGating::SoftmaxOfChosen {
             weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, n)), 1, n_used, n);
@@ -945,7 +957,13 @@ impl Builder<'_, '_> {
         }
         g.expand(weights);
 
-        let cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
+        let weight_before = spec.expert_gating == ExpertGating::SigmoidBeforeExpert;
+        let mut cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
+        if weight_before {
+            // each chosen expert's own copy of the row, weighted (llama.cpp's llama4 path)
+            let copies = g.new_tensor(cur.type_id(), &[hp.n_embd as i64, n_used, n]);
+            cur = g.mul(g.repeat(cur, copies), weights);
+        }
         let (gate, up) = match w.up_exps {
             ExpertsUp::Up(up_exps) => {
                 // each expert's bias after its product (gpt-oss), chosen by the same ids
@@ -979,7 +997,7 @@ impl Builder<'_, '_> {
         if let Some(b) = &w.biases {
             down = g.add_id(down, b.down_exps, selected);
         }
-        let experts = g.mul(down, weights);
+        let experts = if weight_before { down } else { g.mul(down, weights) };
         g.expand(experts);
         let nb = experts.nb();
         let views: Vec<Tensor> = (0..n_used as usize)
@@ -998,9 +1016,12 @@ impl Builder<'_, '_> {
             out = g.cont(out);
         }
         if let Some((gate_inp, shared)) = &w.shared {
-            let shared_out = self.ffn(x, shared, il);
-            let gate = self.shared_expert_gate(self.mm(*gate_inp, x)); // [1, n]
-            out = g.add(out, g.mul(shared_out, gate));
+            let mut shared_out = self.ffn(x, shared, il);
+            if let Some(gate_inp) = gate_inp {
+                let gate = self.shared_expert_gate(self.mm(*gate_inp, x)); // [1, n]
+                shared_out = g.mul(shared_out, gate);
+            }
+            out = g.add(out, shared_out);
         }
         out
     }
@@ -1079,7 +1100,7 @@ impl Builder<'_, '_> {
             });
         }
         let mut out = out.expect("at least one expert");
-        if let Some((gate_inp, shared)) = &w.shared {
+        if let Some((Some(gate_inp), shared)) = &w.shared {
             let gate = self.shared_expert_gate(self.mm(*gate_inp, x)); // [1, n]
             let shared_out = g.mul(self.ffn(x, shared, il), g.repeat(gate, out));
             out = g.add(out, shared_out);

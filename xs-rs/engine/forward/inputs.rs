@@ -7,7 +7,7 @@ use crate::engine::forward::graph::Segment;
 use crate::engine::forward::kv_cache::KvCache;
 use crate::engine::ggml::ops::{GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, GGML_TYPE_I64};
 use crate::engine::ggml::runtime as rt;
-use crate::engine::model::arch::{AttnTemperature, HParams};
+use crate::engine::model::arch::{AttnTemperature, HParams, Window};
 
 /// The input tensors of one segment.
 pub struct SegmentInputs {
@@ -93,13 +93,13 @@ impl GraphInputs {
 
     /// Fills the inputs for appending each segment's tokens to its cache
     /// (`all`: every token's logits, else each segment's last), assembling
-    /// them in `scratch`'s buffers. `n_swa` is the sliding window.
+    /// them in `scratch`'s buffers. `window`: the sliding-window layers'.
     pub(crate) fn fill(
         &self,
         segs: &[(&mut KvCache, &[i32])],
         all: bool,
         flash_attn: bool,
-        n_swa: u32,
+        window: Window,
         non_causal: bool,
         scratch: &mut StepScratch,
     ) {
@@ -126,7 +126,7 @@ impl GraphInputs {
             }
             // the mask in its graph type: f16 with flash attention, else f32;
             // an encoder's sees the whole segment
-            let mut fill = |mask, window| {
+            let mut fill = |mask, window: Window| {
                 if non_causal {
                     if flash_attn {
                         mask_f16.clear();
@@ -146,10 +146,10 @@ impl GraphInputs {
                 }
             };
             if let Some(m) = inp.mask {
-                fill(m, 0);
+                fill(m, Window::Whole);
             }
             if let Some(m) = inp.mask_swa {
-                fill(m, n_swa);
+                fill(m, window);
             }
         }
         rt::tensor_set(self.tokens, tokens);
@@ -182,7 +182,7 @@ impl GraphInputs {
 impl GraphInputs {
     /// Fills the inputs of a training pass over `tokens` (one segment with
     /// no cache, at positions 0..n).
-    pub fn fill_training(&self, tokens: &[i32], n_swa: u32) {
+    pub fn fill_training(&self, tokens: &[i32], window: Window) {
         let n = tokens.len();
         rt::tensor_set(self.tokens, tokens);
         let pos: Vec<i32> = (0..n as i32).collect();
@@ -191,11 +191,11 @@ impl GraphInputs {
         self.fill_attn_temp(&pos, &mut mask);
         let inp = &self.segments[0];
         if let Some(m) = inp.mask {
-            causal_mask_into(&mut mask, n, 0, n, 0, 0f32, f32::NEG_INFINITY);
+            causal_mask_into(&mut mask, n, 0, n, Window::Whole, 0f32, f32::NEG_INFINITY);
             rt::tensor_set(m, &mask);
         }
         if let Some(m) = inp.mask_swa {
-            causal_mask_into(&mut mask, n, 0, n, n_swa, 0f32, f32::NEG_INFINITY);
+            causal_mask_into(&mut mask, n, 0, n, window, 0f32, f32::NEG_INFINITY);
             rt::tensor_set(m, &mask);
         }
     }
@@ -203,11 +203,17 @@ impl GraphInputs {
 
 /// Fills a causal mask [n_kv, n_tokens] for tokens at positions
 /// `first_pos..first_pos+n_tokens` of one sequence whose cell i holds
-/// position i; with `window` > 0 positions `window` or more behind are
-/// masked too (llama.cpp's standard SWA). `keep` (0) and `drop` (-inf) are
+/// position i; `window` masks more of the past (llama.cpp's SWA kinds). `keep` (0) and `drop` (-inf) are
 /// given in the mask's element type: f32, or f16 bits for flash attention.
 #[cfg(test)]
-pub fn causal_mask<T: Copy>(n_kv: usize, first_pos: usize, n_tokens: usize, window: u32, keep: T, drop: T) -> Vec<T> {
+pub fn causal_mask<T: Copy>(
+    n_kv: usize,
+    first_pos: usize,
+    n_tokens: usize,
+    window: Window,
+    keep: T,
+    drop: T,
+) -> Vec<T> {
     let mut m = Vec::new();
     causal_mask_into(&mut m, n_kv, first_pos, n_tokens, window, keep, drop);
     m
@@ -219,7 +225,7 @@ pub fn causal_mask_into<T: Copy>(
     n_kv: usize,
     first_pos: usize,
     n_tokens: usize,
-    window: u32,
+    window: Window,
     keep: T,
     drop: T,
 ) {
@@ -229,7 +235,7 @@ pub fn causal_mask_into<T: Copy>(
         let p1 = first_pos + i;
         let row = &mut m[i * n_kv..(i + 1) * n_kv];
         for (p0, cell) in row.iter_mut().enumerate().take(p1 + 1) {
-            if window == 0 || p1 - p0 < window as usize {
+            if window.sees(p0, p1) {
                 *cell = keep;
             }
         }
@@ -247,20 +253,31 @@ mod tests {
     #[test]
     fn causal_mask_sees_the_past_only() {
         let inf = f32::NEG_INFINITY;
-        let m = causal_mask(4, 1, 2, 0, 0.0, inf);
+        let m = causal_mask(4, 1, 2, Window::Whole, 0.0, inf);
         assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
     }
 
     #[test]
     fn sliding_window_masks_old_positions() {
         let inf = f32::NEG_INFINITY;
-        let m = causal_mask(4, 3, 1, 2, 0.0, inf);
+        let m = causal_mask(4, 3, 1, Window::Sliding(2), 0.0, inf);
         assert_eq!(m, vec![inf, inf, 0.0, 0.0]);
     }
 
     #[test]
+    fn chunked_window_sees_its_own_chunk() {
+        let inf = f32::NEG_INFINITY;
+        // chunks of 3: position 4 sees 3 and 4, position 6 sees only itself
+        let m = causal_mask(8, 4, 3, Window::Chunked(3), 0.0, inf);
+        let row = |i: usize| &m[i * 8..(i + 1) * 8];
+        assert_eq!(row(0), [inf, inf, inf, 0.0, 0.0, inf, inf, inf]);
+        assert_eq!(row(1), [inf, inf, inf, 0.0, 0.0, 0.0, inf, inf]);
+        assert_eq!(row(2), [inf, inf, inf, inf, inf, inf, 0.0, inf]);
+    }
+
+    #[test]
     fn f16_mask_bits() {
-        let m = causal_mask(2, 0, 1, 0, F16_ZERO, F16_NEG_INF);
+        let m = causal_mask(2, 0, 1, Window::Whole, F16_ZERO, F16_NEG_INF);
         let bytes: Vec<u8> = m.iter().flat_map(|v| v.to_ne_bytes()).collect();
         assert_eq!(bytes, vec![0, 0, 0x00, 0xFC]);
     }

@@ -760,7 +760,7 @@ impl Runner {
     ) -> Result<()> {
         let graph = pool.reusable(&scratch.key).expect("the graph was just allocated for this key");
         timed(&self.profile, Phase::Inputs, || {
-            graph.inputs.fill(segs, all, self.flash_attn, self.hp.n_swa, self.hp.non_causal, scratch)
+            graph.inputs.fill(segs, all, self.flash_attn, self.hp.window(), self.hp.non_causal, scratch)
         });
         let computed = timed(&self.profile, Phase::Compute, || {
             pool.compute(&mut self.executor.lock().unwrap_or_else(|e| e.into_inner()))

@@ -109,6 +109,9 @@ pub enum ExpertGating {
     Softmax,
     /// The top-k logits, then the softmax over those (gpt-oss).
     SoftmaxOfChosen,
+    /// The top-k logits, each chosen expert weighted by sigmoid(logit),
+    /// the weight applied to its input rather than its output (Llama 4).
+    SigmoidBeforeExpert,
 }
 
 /// RMSNorm of Q and K before RoPE.
@@ -122,6 +125,9 @@ pub enum QkNorm {
     /// Over each head with each head's own weights (`attn_q_norm`
     /// [head_dim, n_head]), when the file has them (StableLM 2 12B).
     EachHeadOptional,
+    /// Over each head without weights, after RoPE, in the layers that
+    /// rotate (Llama 4 but its 128-expert model).
+    WeightlessAfterRope,
 }
 
 /// The RoPE of sliding-window layers.
@@ -240,6 +246,13 @@ pub struct ArchSpec {
     /// A learned logit per head (`attn_sinks`) joins each softmax's
     /// normaliser (gpt-oss's attention sinks).
     pub attn_sinks: bool,
+    /// Llama 4: MoE layers every `interleave_moe_layer_step` layers (dense
+    /// between), a shared expert without a gate of its own, the sliding
+    /// layers' window in chunks of 8192 positions (unless the file's
+    /// `attention.sliding_window` is 0: no window, and only the last layer
+    /// without RoPE), and the layers without RoPE scaling Q by the
+    /// attention temperature (0.1 per 8192 positions) instead.
+    pub llama4: bool,
     /// A BERT encoder: every token sees every other of its sequence (no
     /// causal mask, no KV cache), token-type embeddings, a LayerNorm of the
     /// embeddings, post-norm layers (`attn_output_norm` after the attention's
@@ -291,6 +304,7 @@ const LLAMA: ArchSpec = ArchSpec {
     expert_biases: false,
     clamped_swiglu: None,
     attn_sinks: false,
+    llama4: false,
     outputs_after_norm: false,
 };
 
@@ -477,6 +491,19 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         output: OutputWeight::Own,
         ..LLAMA
     },
+    ArchSpec {
+        name: "llama4",
+        out_bias: false,
+        qk_norm: QkNorm::WeightlessAfterRope,
+        experts: Experts::Always { renormalize: false, shared: true },
+        expert_gating: ExpertGating::SigmoidBeforeExpert,
+        swa_pattern: Some(4),
+        swa_default_window: 8192,
+        swa_rope: SwaRope::Global,
+        no_rope_every: Some(4),
+        llama4: true,
+        ..LLAMA
+    },
     BERT,
     // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
     ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
@@ -518,6 +545,8 @@ impl ArchSpec {
             Some("its recurrent layers")
         } else if self.clamped_swiglu.is_some() || self.attn_sinks {
             Some("its attention sinks and clamped SwiGLU experts")
+        } else if self.llama4 {
+            Some("its experts weighted before they run")
         } else {
             None
         }
@@ -599,6 +628,17 @@ pub struct HParams {
     pub recurrent_layers: Vec<bool>,
     /// The taps of LFM2's short convolution (0 without).
     pub short_conv_taps: usize,
+    /// Every n-th layer has no RoPE (see ArchSpec::no_rope_every; Llama 4
+    /// files without a window: only the last).
+    pub no_rope_every: Option<usize>,
+    /// The sliding window is cut in chunks of n_swa positions (Llama 4):
+    /// a token sees the positions of its own chunk up to itself.
+    pub swa_chunked: bool,
+    /// MoE layers every n-th layer (Llama 4); None: every layer.
+    pub moe_every: Option<usize>,
+    /// Q and K normed without weights after RoPE (QkNorm::WeightlessAfterRope,
+    /// except Llama 4's 128-expert model).
+    pub qk_norm_after_rope: bool,
     /// Encoders: the rows of `token_types` (`tokenizer.ggml.token_type_count`)
     /// and the classifier's outputs (`classifier.output_labels`, default 1).
     pub n_token_types: usize,
@@ -643,20 +683,47 @@ impl DeltaNetDims {
     }
 }
 
+/// Which earlier positions a sliding-window layer's token sees (besides
+/// the causal rule), as llama.cpp's `is_masked_swa`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Every earlier position.
+    Whole,
+    /// The last n positions, itself included (standard SWA).
+    Sliding(u32),
+    /// The positions of its own chunk of n (Llama 4's chunked attention).
+    Chunked(u32),
+}
+
+impl Window {
+    /// Whether a token at `p1` sees position `p0` (p0 <= p1).
+    pub fn sees(self, p0: usize, p1: usize) -> bool {
+        match self {
+            Window::Whole => true,
+            Window::Sliding(n) => p1 - p0 < n as usize,
+            Window::Chunked(n) => p0 >= p1 / n as usize * n as usize,
+        }
+    }
+}
+
 /// Llama 4's attention temperature: Q at position `pos` is multiplied by
-/// 1 + scale · ln(⌊pos / floor⌋ + 1).
+/// 1 + scale · ln(⌊(pos + offset) / floor⌋ + 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttnTemperature {
     pub scale: f32,
     /// Positions per step of the logarithm (the original context).
     pub floor: usize,
+    pub offset: f32,
+    /// Only the layers without RoPE are scaled, in place of RoPE (Llama 4);
+    /// else every layer's Q after RoPE (Mistral 3).
+    pub no_rope_layers_only: bool,
 }
 
 impl AttnTemperature {
     /// The factor at `pos`, computed as llama.cpp does: the quotient in f32,
     /// the logarithm in f64.
     pub fn at(&self, pos: i32) -> f32 {
-        let steps = (pos as f32 / self.floor as f32).floor() as f64;
+        let steps = ((pos as f32 + self.offset) / self.floor as f32).floor() as f64;
         ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
     }
 }
@@ -760,8 +827,12 @@ impl HParams {
         };
         let attn_temp_scale =
             if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
-        let attn_temperature =
-            (attn_temp_scale != 0.0).then_some(AttnTemperature { scale: attn_temp_scale, floor: n_ctx_orig_yarn });
+        let mut attn_temperature = (attn_temp_scale != 0.0).then_some(AttnTemperature {
+            scale: attn_temp_scale,
+            floor: n_ctx_orig_yarn,
+            offset: 0.0,
+            no_rope_layers_only: false,
+        });
         let n_token_types = model
             .gguf
             .get("tokenizer.ggml.token_type_count")
@@ -798,11 +869,31 @@ impl HParams {
             }
         };
         // LFM2's attention layers use the window when the file sets one
-        let (n_swa, swa_layers) = if spec.recurrent == Recurrent::ShortConv && n_swa > 0 {
+        let (mut n_swa, mut swa_layers) = if spec.recurrent == Recurrent::ShortConv && n_swa > 0 {
             (n_swa, recurrent_layers.iter().map(|&r| !r).collect())
         } else {
             (n_swa, swa_layers)
         };
+        let (mut no_rope_every, mut swa_chunked, mut moe_every, mut n_ff_shexp) =
+            (spec.no_rope_every, false, None, n_ff_shexp);
+        if spec.llama4 {
+            // llama.cpp's Llama 4 loader
+            if keys.int("attention.sliding_window") == Some(0) {
+                (n_swa, swa_layers, no_rope_every) = (0, vec![false; n_layer], Some(n_layer));
+            } else {
+                // a window of 8192 in chunks, whatever the file says
+                (n_swa, swa_chunked) = (8192, true);
+                swa_layers = self::swa_layers(model, spec, n_layer, n_swa);
+                attn_temperature =
+                    Some(AttnTemperature { scale: 0.1, floor: 8192, offset: 1.0, no_rope_layers_only: true });
+            }
+            let step =
+                keys.int("interleave_moe_layer_step").ok_or_else(|| keys.missing("interleave_moe_layer_step"))?;
+            moe_every = Some(step.clamp(0, u32::MAX as i64) as usize);
+            // its shared expert is as wide as each expert
+            n_ff_shexp = n_ff_exp;
+        }
+        let qk_norm_after_rope = spec.qk_norm == QkNorm::WeightlessAfterRope && n_expert != 128;
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -842,6 +933,10 @@ impl HParams {
             delta_net,
             recurrent_layers,
             short_conv_taps,
+            no_rope_every,
+            swa_chunked,
+            moe_every,
+            qk_norm_after_rope,
             n_token_types,
             n_cls_out,
             non_causal: spec.encoder,
@@ -849,8 +944,22 @@ impl HParams {
     }
 
     /// Whether layer `il` applies RoPE (its row may leave some layers out).
-    pub fn uses_rope(&self, spec: &ArchSpec, il: usize) -> bool {
-        spec.no_rope_every.is_none_or(|n| (il + 1) % n != 0)
+    pub fn uses_rope(&self, _spec: &ArchSpec, il: usize) -> bool {
+        self.no_rope_every.is_none_or(|n| (il + 1) % n != 0)
+    }
+
+    /// The sliding-window layers' window.
+    pub fn window(&self) -> Window {
+        match (self.n_swa, self.swa_chunked) {
+            (0, _) => Window::Whole,
+            (n, false) => Window::Sliding(n),
+            (n, true) => Window::Chunked(n),
+        }
+    }
+
+    /// Whether layer `il`'s feed-forward block is a mixture of experts.
+    pub fn is_moe_layer(&self, il: usize) -> bool {
+        self.n_expert > 0 && self.moe_every.is_none_or(|n| n > 0 && (il + 1) % n == 0)
     }
 }
 

@@ -371,8 +371,12 @@ impl Conditions<'_> {
         self.il.is_some_and(|il| self.hp.is_recurrent(il))
     }
 
+    /// Experts in this layer (every layer, but Llama 4's interleaved ones).
     fn experts(&self) -> bool {
-        self.hp.n_expert > 0
+        match self.il {
+            Some(il) => self.hp.is_moe_layer(il),
+            None => self.hp.n_expert > 0,
+        }
     }
 
     fn layer_norm(&self) -> bool {
@@ -514,7 +518,8 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnQ, Bias, Layer, &[QWidth], Add, |c| c.separate_qkv(Optional)),
     row(K::AttnK, Bias, Layer, &[KWidth], Add, |c| c.separate_qkv(Optional)),
     row(K::AttnV, Bias, Layer, &[VWidth], Add, |c| c.separate_qkv(Optional)),
-    row(K::FfnGateInpShexp, Weight, Layer, &[Embd], MulMat, shared_expert),
+    // Llama 4's shared expert has no gate of its own
+    row(K::FfnGateInpShexp, Weight, Layer, &[Embd], MulMat, |c| Need::when(!c.spec.llama4, shared_expert(c))),
     row(K::FfnGateShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
     row(K::FfnUpShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
     row(K::FfnDownShexp, Weight, Layer, &[FfShexp, Embd], MulMat, shared_expert),

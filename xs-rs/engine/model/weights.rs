@@ -102,8 +102,9 @@ pub struct MoeWeights {
     /// [n_embd, n_ff_exp, n_expert], or gate and up fused [n_embd, 2 * n_ff_exp, n_expert]
     pub up_exps: ExpertsUp,
     pub down_exps: Tensor, // [n_ff_exp, n_embd, n_expert]
-    /// A shared expert, gated per token by sigmoid(gate_inp · x) (Qwen2-MoE).
-    pub shared: Option<(Tensor, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
+    /// A shared expert, gated per token by sigmoid(gate_inp · x) (Qwen2-MoE)
+    /// or not gated (Llama 4).
+    pub shared: Option<(Option<Tensor>, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
     /// The router's and every expert's biases (gpt-oss).
     pub biases: Option<ExpertBiases>,
 }
@@ -496,15 +497,15 @@ impl ReadWeights<'_> {
                     None => ExpertsUp::Up(self.required(FfnUpExps)),
                 },
                 down_exps: self.required(FfnDownExps),
-                shared: self.weight(FfnGateInpShexp).map(|shexp_gate| {
+                shared: self.weight(FfnUpShexp).map(|up| {
                     let shexp = FfnWeights {
                         gate: Some(self.required(FfnGateShexp)),
-                        up: self.required(FfnUpShexp),
+                        up,
                         down: self.required(FfnDownShexp),
                         up_b: None,
                         down_b: None,
                     };
-                    (shexp_gate, shexp)
+                    (self.weight(FfnGateInpShexp), shexp)
                 }),
                 biases: self.bias(FfnGateInp).map(|gate_inp| ExpertBiases {
                     gate_inp,
@@ -593,7 +594,7 @@ impl ModelWeights {
                             ExpertsUp::GateUp(fused) => ExpertsUp::GateUp(t(fused)),
                         },
                         down_exps: t(m.down_exps),
-                        shared: m.shared.as_ref().map(|(g, f)| (t(*g), ffn(f))),
+                        shared: m.shared.as_ref().map(|(g, f)| (o(*g), ffn(f))),
                         biases: m.biases.map(|b| ExpertBiases {
                             gate_inp: t(b.gate_inp),
                             gate_exps: t(b.gate_exps),

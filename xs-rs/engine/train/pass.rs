@@ -12,6 +12,7 @@ use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::forward::runner::Runner;
 use crate::engine::ggml::ops::{GraphCtx, Tensor, GGML_TYPE_F32, GGML_TYPE_I32};
 use crate::engine::ggml::runtime::{self as rt, Device, Gallocr};
+use crate::engine::model::arch::Window;
 use crate::engine::model::gguf::TensorInfo;
 use crate::engine::model::weights::ModelWeights;
 use crate::engine::model::Model;
@@ -75,7 +76,7 @@ pub struct TrainingPass {
     backward: GraphCtx,
     inputs: crate::engine::forward::inputs::GraphInputs,
     tokens: Vec<i32>,
-    n_swa: u32,
+    window: Window,
     seed: Tensor,
     logits: Vec<f32>,
     params: Vec<Tensor>,
@@ -213,7 +214,7 @@ impl TrainingPass {
             backward,
             inputs: built.inputs,
             tokens: tokens.to_vec(),
-            n_swa: bp.hp.n_swa,
+            window: bp.hp.window(),
             seed,
             logits: Vec::new(),
             params: params.to_vec(),
@@ -229,7 +230,7 @@ impl TrainingPass {
     }
 
     fn run_forward(&mut self) -> Result<()> {
-        self.inputs.fill_training(&self.tokens, self.n_swa);
+        self.inputs.fill_training(&self.tokens, self.window);
         let forward = &self.forward;
         with_cpu(self.n_threads, |cpu| compute(cpu, forward))?;
         self.fresh = true;
