@@ -67,6 +67,10 @@ pub enum RopeFactors {
     /// context (`rope.scaling.original_context_length`), else
     /// `rope_factors_short` (Phi-3's LongRoPE).
     LongShort,
+    /// `rope_freqs`, required, in the full-attention layers only (Gemma 4's
+    /// proportional RoPE: factors of 1e30 leave the dimensions past the
+    /// rotated part still).
+    FullLayers,
 }
 
 /// Mixture-of-experts feed-forward blocks (llama.cpp's build_moe_ffn with
@@ -230,6 +234,14 @@ pub struct ArchSpec {
     /// the last layer's attention (Qwen3.5's graph; the same values, but
     /// the last FFN then runs over every row, as its kernels round).
     pub outputs_after_norm: bool,
+    /// Gemma 4's layers: per-layer inputs when the file gives
+    /// `embedding_length_per_layer_input` (a second token embedding of
+    /// n_layer slices, plus a projection of the embeddings, added into each
+    /// layer's output through a GELU gate), the last
+    /// `attention.shared_kv_layers` layers reading the cache of the last
+    /// earlier layer of their kind, V RMS-normed without a weight, an
+    /// attention scale of 1, and `layer_output_scale` on each layer's output.
+    pub gemma4_layers: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -268,6 +280,7 @@ const LLAMA: ArchSpec = ArchSpec {
     shared_gate_sigmoid: false,
     encoder: false,
     outputs_after_norm: false,
+    gemma4_layers: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -437,6 +450,18 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         shared_gate_sigmoid: true,
         ..QWEN35
     },
+    ArchSpec {
+        name: "gemma4",
+        qk_norm: QkNorm::PerHead,
+        scale_q: false,
+        swa_rope: SwaRope::Base(10000.0),
+        wide_query_scale_at: None,
+        rope_factors: RopeFactors::FullLayers,
+        output: OutputWeight::OwnOrEmbd,
+        outputs_after_norm: true,
+        gemma4_layers: true,
+        ..GEMMA3
+    },
     BERT,
     // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
     ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
@@ -493,6 +518,14 @@ pub struct HParams {
     pub head_dim_k: usize,
     pub head_dim_v: usize,
     pub n_rot: usize,
+    /// The rotated dimensions of the sliding-window layers
+    /// (`rope.dimension_count_swa`, default n_rot).
+    pub n_rot_swa: usize,
+    /// Gemma 4: the width of each layer's slice of the per-layer inputs (0 =
+    /// none), and the layers that keep their own K and V (the rest read the
+    /// cache of an earlier layer: see `kv_layer`).
+    pub n_embd_per_layer: usize,
+    pub n_layer_kv: usize,
     pub norm_eps: f32,
     pub rope_freq_base: f32,
     /// The scaling the model was trained with (`rope.scaling.type`, default
@@ -653,6 +686,15 @@ impl HParams {
             Some(counts) => keys.positive(counts.iter().copied().find(|&n| n > 0), "attention.head_count_kv")?,
             None => keys.positive(model.n_head_kv(), "attention.head_count_kv")?,
         };
+        if model.gguf.arch_value("feed_forward_length").and_then(|v| v.as_array()).is_some() {
+            return Err(Error::Invalid {
+                path: model.path().clone(),
+                what: format!(
+                    "{}.feed_forward_length differs between layers, which Lugh does not support yet",
+                    spec.name
+                ),
+            });
+        }
         let n_ff = keys.positive(model.n_ff(), "feed_forward_length")?;
         let n_vocab = keys.positive(model.n_vocab(), "vocab_size")?;
         let n_ctx_train = keys.positive(model.n_ctx_train(), "context_length")?;
@@ -689,7 +731,15 @@ impl HParams {
             // llama.cpp's OLMo 3 graph: the session's base, unscaled
             SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
         };
-        let attention_scale = keys.attention_scale(spec, n_layer, n_embd / n_head, head_dim_k);
+        let n_rot_swa = keys.int("rope.dimension_count_swa").map_or(n_rot, |v| v.max(0) as usize);
+        let (n_embd_per_layer, n_layer_kv) = if spec.gemma4_layers {
+            keys.gemma4_layers(n_layer, head_dim_k, &kv_heads_per_layer)?
+        } else {
+            (0, n_layer)
+        };
+        // Gemma 4 does not scale its attention (its Q and K are RMS-normed)
+        let attention_scale =
+            if spec.gemma4_layers { 1.0 } else { keys.attention_scale(spec, n_layer, n_embd / n_head, head_dim_k) };
         let final_logit_softcap =
             keys.float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
         let attn_softcap =
@@ -760,6 +810,9 @@ impl HParams {
             head_dim_k,
             head_dim_v,
             n_rot,
+            n_rot_swa,
+            n_embd_per_layer,
+            n_layer_kv,
             norm_eps,
             rope_freq_base,
             rope_scaling,
@@ -792,6 +845,28 @@ impl HParams {
             n_cls_out,
             non_causal: spec.encoder,
         })
+    }
+
+    /// The rotated dimensions of layer `il`.
+    pub fn n_rot_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.n_rot_swa
+        } else {
+            self.n_rot
+        }
+    }
+
+    /// The layer whose cached K and V layer `il` attends over: its own, or
+    /// for Gemma 4's shared-KV layers the last layer before them of the
+    /// same kind (llama.cpp's layer reuse: the full-attention layers read
+    /// the last layer with its own KV, the sliding-window ones the one
+    /// before it).
+    pub fn kv_layer(&self, il: usize) -> usize {
+        match il < self.n_layer_kv {
+            true => il,
+            false if self.is_swa(il) => self.n_layer_kv - 2,
+            false => self.n_layer_kv - 1,
+        }
     }
 
     /// Whether layer `il` applies RoPE (its row may leave some layers out).
@@ -959,6 +1034,47 @@ impl ArchKeys<'_> {
             }
         };
         Ok((0..n_layer).map(|il| (il + 1) % interval != 0).collect())
+    }
+
+    /// Gemma 4's per-layer input width and the layers with their own KV,
+    /// refusing what its small variants do not have and Lugh does not run:
+    /// experts, head sizes or KV head counts that differ between sliding
+    /// and full layers.
+    fn gemma4_layers(&self, n_layer: usize, head_dim: usize, kv_heads: &Option<Vec<i64>>) -> Result<(usize, usize)> {
+        let refuse = |what: String| Error::Invalid {
+            path: self.model.path().clone(),
+            what: format!("{what}, which Lugh does not support yet (architecture {})", self.arch),
+        };
+        if self.count("expert_count") > 0 {
+            return Err(refuse("this Gemma 4 model has experts (the MoE variants)".into()));
+        }
+        for key in ["attention.key_length_swa", "attention.value_length_swa"] {
+            if let Some(n) = self.int(key).filter(|&n| n as usize != head_dim) {
+                return Err(refuse(format!(
+                    "{}.{key} is {n} while the full-attention layers' heads are {head_dim} wide \
+                     (different head sizes for sliding and full layers)",
+                    self.arch
+                )));
+            }
+        }
+        if let Some(counts) = kv_heads {
+            if counts.iter().any(|&n| n != counts[0]) {
+                return Err(refuse(format!("{}.attention.head_count_kv differs between layers", self.arch)));
+            }
+        }
+        let n_embd_per_layer = self.count("embedding_length_per_layer_input");
+        let shared = self.count("attention.shared_kv_layers");
+        if shared > 0 && (shared + 2 > n_layer) {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.attention.shared_kv_layers is {shared}, but at least 2 of the {n_layer} layers must keep \
+                     their own KV",
+                    self.arch
+                ),
+            });
+        }
+        Ok((n_embd_per_layer, n_layer - shared))
     }
 
     /// Granite's embedding, residual and logit multipliers.
