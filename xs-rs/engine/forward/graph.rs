@@ -395,7 +395,7 @@ impl Builder<'_, '_> {
     fn per_layer_inputs(&self, inp: Tensor, tokens: Tensor) -> Option<Tensor> {
         let (g, hp) = (self.g, self.bp.hp);
         let w = self.bp.weights.per_layer_inputs.as_ref()?;
-        let (n_pl, n_layer, n) = (hp.n_embd_per_layer as i64, hp.n_layer as i64, self.n_tokens);
+        let (n_pl, n_layer, n) = (hp.per_layer.n_embd_per_layer as i64, hp.n_layer as i64, self.n_tokens);
         let selected = g.reshape_3d(g.get_rows(w.tok_embd, tokens), n_pl, n_layer, n);
         let selected = g.scale(selected, (n_pl as f32).sqrt());
         name(selected, "inp_per_layer_selected", None);
@@ -470,8 +470,8 @@ impl Builder<'_, '_> {
     ) -> Tensor {
         let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
         let n = self.n_tokens;
-        let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
-        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let (hd_k, hd_v) = (hp.head_dim_k_of(il) as i64, hp.head_dim_v_of(il) as i64);
+        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv_of(il) as i64);
         // a gated attention's Q projection holds each head's query, then its gate
         let hd_q = if spec.gated_attention { 2 * hd_k } else { hd_k };
         let (q_dim, k_dim, v_dim) = (hd_q * n_head, hd_k * n_head_kv, hd_v * n_head_kv);

@@ -47,6 +47,7 @@ fn layout(v_trans: bool) -> CacheLayout {
         kv_size: 256,
         v_trans,
         recurrent: None,
+        layer_heads: Vec::new(),
     }
 }
 

@@ -521,11 +521,11 @@ pub struct HParams {
     /// The rotated dimensions of the sliding-window layers
     /// (`rope.dimension_count_swa`, default n_rot).
     pub n_rot_swa: usize,
-    /// Gemma 4: the width of each layer's slice of the per-layer inputs (0 =
-    /// none), and the layers that keep their own K and V (the rest read the
-    /// cache of an earlier layer: see `kv_layer`).
-    pub n_embd_per_layer: usize,
-    pub n_layer_kv: usize,
+    /// Gemma 4's per-layer inputs and shared-KV layers, and the sizes that
+    /// differ between its layers (n_head_kv, head_dim_k/v and n_ff above
+    /// are then the first layer's, the full-attention layers' and the
+    /// widest).
+    pub per_layer: PerLayerDims,
     pub norm_eps: f32,
     pub rope_freq_base: f32,
     /// The scaling the model was trained with (`rope.scaling.type`, default
@@ -586,6 +586,39 @@ pub struct HParams {
     pub non_causal: bool,
 }
 
+/// Sizes that may differ between layers (Gemma 4's sliding-window and
+/// full-attention layers; llama.cpp's per-layer hparams arrays).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerLayerDims {
+    /// The width of a layer's per-layer input (0 = none).
+    pub n_embd_per_layer: usize,
+    /// The layers that keep their own K and V: those before the shared-KV
+    /// ones, which read the cache of an earlier layer (see `kv_layer`).
+    pub n_layer_kv: usize,
+    /// The heads of the sliding-window layers (`attention.key_length_swa`,
+    /// `value_length_swa`; default the others').
+    pub head_dim_k_swa: usize,
+    pub head_dim_v_swa: usize,
+    /// One KV head count, and one FFN width, per layer where the file gives
+    /// a list (empty: the single value).
+    pub n_head_kv: Vec<usize>,
+    pub n_ff: Vec<usize>,
+}
+
+impl PerLayerDims {
+    /// Every layer alike, with its own KV, no per-layer inputs.
+    pub fn uniform(n_layer: usize, head_dim_k: usize, head_dim_v: usize) -> PerLayerDims {
+        PerLayerDims {
+            n_embd_per_layer: 0,
+            n_layer_kv: n_layer,
+            head_dim_k_swa: head_dim_k,
+            head_dim_v_swa: head_dim_v,
+            n_head_kv: Vec::new(),
+            n_ff: Vec::new(),
+        }
+    }
+}
+
 /// The sizes of gated delta-net layers (llama.cpp's ssm_* hyperparameters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeltaNetDims {
@@ -641,12 +674,6 @@ impl AttnTemperature {
 }
 
 impl HParams {
-    pub fn n_embd_k_gqa(&self) -> usize {
-        self.head_dim_k * self.n_head_kv
-    }
-    pub fn n_embd_v_gqa(&self) -> usize {
-        self.head_dim_v * self.n_head_kv
-    }
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa_layers.get(il).copied().unwrap_or(false)
     }
@@ -686,7 +713,8 @@ impl HParams {
             Some(counts) => keys.positive(counts.iter().copied().find(|&n| n > 0), "attention.head_count_kv")?,
             None => keys.positive(model.n_head_kv(), "attention.head_count_kv")?,
         };
-        if model.gguf.arch_value("feed_forward_length").and_then(|v| v.as_array()).is_some() {
+        let ff_per_layer = keys.per_layer_counts("feed_forward_length", n_layer);
+        if ff_per_layer.is_some() && !spec.gemma4_layers {
             return Err(Error::Invalid {
                 path: model.path().clone(),
                 what: format!(
@@ -695,7 +723,10 @@ impl HParams {
                 ),
             });
         }
-        let n_ff = keys.positive(model.n_ff(), "feed_forward_length")?;
+        let n_ff = match &ff_per_layer {
+            Some(list) => keys.positive(list.iter().copied().max(), "feed_forward_length")?,
+            None => keys.positive(model.n_ff(), "feed_forward_length")?,
+        };
         let n_vocab = keys.positive(model.n_vocab(), "vocab_size")?;
         let n_ctx_train = keys.positive(model.n_ctx_train(), "context_length")?;
         let (head_dim_k, head_dim_v) = keys.head_dims(n_embd, n_head, n_head_kv)?;
@@ -732,10 +763,10 @@ impl HParams {
             SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
         };
         let n_rot_swa = keys.int("rope.dimension_count_swa").map_or(n_rot, |v| v.max(0) as usize);
-        let (n_embd_per_layer, n_layer_kv) = if spec.gemma4_layers {
-            keys.gemma4_layers(n_layer, head_dim_k, &kv_heads_per_layer)?
+        let per_layer = if spec.gemma4_layers {
+            keys.gemma4_dims(n_layer, n_head, head_dim_k, head_dim_v)?
         } else {
-            (0, n_layer)
+            PerLayerDims::uniform(n_layer, head_dim_k, head_dim_v)
         };
         // Gemma 4 does not scale its attention (its Q and K are RMS-normed)
         let attention_scale =
@@ -811,8 +842,7 @@ impl HParams {
             head_dim_v,
             n_rot,
             n_rot_swa,
-            n_embd_per_layer,
-            n_layer_kv,
+            per_layer,
             norm_eps,
             rope_freq_base,
             rope_scaling,
@@ -847,6 +877,37 @@ impl HParams {
         })
     }
 
+    /// The width of a K head, and of a V head, of layer `il`.
+    pub fn head_dim_k_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.per_layer.head_dim_k_swa
+        } else {
+            self.head_dim_k
+        }
+    }
+    pub fn head_dim_v_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.per_layer.head_dim_v_swa
+        } else {
+            self.head_dim_v
+        }
+    }
+    /// The KV heads of layer `il`.
+    pub fn n_head_kv_of(&self, il: usize) -> usize {
+        self.per_layer.n_head_kv.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+    /// The FFN width of layer `il`.
+    pub fn n_ff_of(&self, il: usize) -> usize {
+        self.per_layer.n_ff.get(il).copied().unwrap_or(self.n_ff)
+    }
+    /// The widest K and V rows of any layer (a cache's rows hold them all).
+    pub fn max_n_embd_k_gqa(&self) -> usize {
+        (0..self.n_layer).map(|il| self.head_dim_k_of(il) * self.n_head_kv_of(il)).max().unwrap_or(0)
+    }
+    pub fn max_n_embd_v_gqa(&self) -> usize {
+        (0..self.n_layer).map(|il| self.head_dim_v_of(il) * self.n_head_kv_of(il)).max().unwrap_or(0)
+    }
+
     /// The rotated dimensions of layer `il`.
     pub fn n_rot_of(&self, il: usize) -> usize {
         if self.is_swa(il) {
@@ -862,10 +923,10 @@ impl HParams {
     /// the last layer with its own KV, the sliding-window ones the one
     /// before it).
     pub fn kv_layer(&self, il: usize) -> usize {
-        match il < self.n_layer_kv {
+        match il < self.per_layer.n_layer_kv {
             true => il,
-            false if self.is_swa(il) => self.n_layer_kv - 2,
-            false => self.n_layer_kv - 1,
+            false if self.is_swa(il) => self.per_layer.n_layer_kv - 2,
+            false => self.per_layer.n_layer_kv - 1,
         }
     }
 
@@ -1036,35 +1097,21 @@ impl ArchKeys<'_> {
         Ok((0..n_layer).map(|il| (il + 1) % interval != 0).collect())
     }
 
-    /// Gemma 4's per-layer input width and the layers with their own KV,
-    /// refusing what its small variants do not have and Lugh does not run:
-    /// experts, head sizes or KV head counts that differ between sliding
-    /// and full layers.
-    fn gemma4_layers(&self, n_layer: usize, head_dim: usize, kv_heads: &Option<Vec<i64>>) -> Result<(usize, usize)> {
-        let refuse = |what: String| Error::Invalid {
-            path: self.model.path().clone(),
-            what: format!("{what}, which Lugh does not support yet (architecture {})", self.arch),
-        };
+    /// Gemma 4's per-layer sizes (see `PerLayerDims`), refusing its MoE
+    /// variants (not supported yet).
+    fn gemma4_dims(&self, n_layer: usize, n_head: usize, head_dim_k: usize, head_dim_v: usize) -> Result<PerLayerDims> {
         if self.count("expert_count") > 0 {
-            return Err(refuse("this Gemma 4 model has experts (the MoE variants)".into()));
-        }
-        for key in ["attention.key_length_swa", "attention.value_length_swa"] {
-            if let Some(n) = self.int(key).filter(|&n| n as usize != head_dim) {
-                return Err(refuse(format!(
-                    "{}.{key} is {n} while the full-attention layers' heads are {head_dim} wide \
-                     (different head sizes for sliding and full layers)",
+            return Err(Error::Invalid {
+                path: self.model.path().clone(),
+                what: format!(
+                    "this Gemma 4 model has experts (the MoE variants), which Lugh does not support yet \
+                     (architecture {})",
                     self.arch
-                )));
-            }
+                ),
+            });
         }
-        if let Some(counts) = kv_heads {
-            if counts.iter().any(|&n| n != counts[0]) {
-                return Err(refuse(format!("{}.attention.head_count_kv differs between layers", self.arch)));
-            }
-        }
-        let n_embd_per_layer = self.count("embedding_length_per_layer_input");
         let shared = self.count("attention.shared_kv_layers");
-        if shared > 0 && (shared + 2 > n_layer) {
+        if shared > 0 && shared + 2 > n_layer {
             return Err(Error::Corrupt {
                 path: self.model.path().clone(),
                 what: format!(
@@ -1074,7 +1121,44 @@ impl ArchKeys<'_> {
                 ),
             });
         }
-        Ok((n_embd_per_layer, n_layer - shared))
+        let counts = |key: &str| -> Result<Vec<usize>> {
+            match self.per_layer_counts(key, n_layer) {
+                Some(list) if list.contains(&0) => Err(self.missing(key)),
+                Some(list) => Ok(list.into_iter().map(|n| n.min(u32::MAX as i64) as usize).collect()),
+                None => Ok(Vec::new()),
+            }
+        };
+        let dims = PerLayerDims {
+            n_embd_per_layer: self.count("embedding_length_per_layer_input"),
+            n_layer_kv: n_layer - shared,
+            head_dim_k_swa: self.int("attention.key_length_swa").map_or(head_dim_k, |n| n.max(0) as usize),
+            head_dim_v_swa: self.int("attention.value_length_swa").map_or(head_dim_v, |n| n.max(0) as usize),
+            n_head_kv: counts("attention.head_count_kv")?,
+            n_ff: counts("feed_forward_length")?,
+        };
+        if dims.head_dim_k_swa == 0 || dims.head_dim_v_swa == 0 {
+            return Err(self.missing("attention.key_length_swa"));
+        }
+        if head_dim_k != head_dim_v || dims.head_dim_k_swa != dims.head_dim_v_swa {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{} needs K and V heads of one size (key_length {head_dim_k}, value_length {head_dim_v}, \
+                     key_length_swa {}, value_length_swa {})",
+                    self.arch, dims.head_dim_k_swa, dims.head_dim_v_swa
+                ),
+            });
+        }
+        if let Some(&bad) = dims.n_head_kv.iter().find(|&&n| n > n_head || n_head % n != 0) {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.attention.head_count_kv has {bad} KV heads in a layer, which does not divide {n_head} heads",
+                    self.arch
+                ),
+            });
+        }
+        Ok(dims)
     }
 
     /// Granite's embedding, residual and logit multipliers.

@@ -281,27 +281,33 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub fn size(self, spec: &ArchSpec, hp: &HParams) -> i64 {
+    /// The size in layer `il` (None: a weight outside the layers, sized as
+    /// the full-attention layers).
+    pub fn size(self, spec: &ArchSpec, hp: &HParams, il: Option<usize>) -> i64 {
+        let (head_dim_k, head_dim_v, n_head_kv, n_ff) = match il {
+            Some(il) => (hp.head_dim_k_of(il), hp.head_dim_v_of(il), hp.n_head_kv_of(il), hp.n_ff_of(il)),
+            None => (hp.head_dim_k, hp.head_dim_v, hp.n_head_kv, hp.n_ff),
+        };
         // a gated attention's Q projection holds a gate beside each head
-        let q = (hp.n_head * hp.head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
-        let k = hp.n_embd_k_gqa() as i64;
-        let v = hp.n_embd_v_gqa() as i64;
+        let q = (hp.n_head * head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
+        let k = (head_dim_k * n_head_kv) as i64;
+        let v = (head_dim_v * n_head_kv) as i64;
         let delta = hp.delta_net.as_ref();
         match self {
             Dim::Embd => hp.n_embd as i64,
             Dim::Vocab => hp.n_vocab as i64,
             Dim::CtxTrain => hp.n_ctx_train as i64,
-            Dim::Ff => hp.n_ff as i64,
-            Dim::FfUp if spec.fused_ffn_up => 2 * hp.n_ff as i64,
-            Dim::FfUp => hp.n_ff as i64,
+            Dim::Ff => n_ff as i64,
+            Dim::FfUp if spec.fused_ffn_up => 2 * n_ff as i64,
+            Dim::FfUp => n_ff as i64,
             Dim::QWidth => q,
             Dim::KWidth => k,
             Dim::VWidth => v,
             Dim::QkvWidth => q + k + v,
-            Dim::AttnOutWidth => (hp.n_head * hp.head_dim_v) as i64,
-            Dim::HeadDimK => hp.head_dim_k as i64,
+            Dim::AttnOutWidth => (hp.n_head * head_dim_v) as i64,
+            Dim::HeadDimK => head_dim_k as i64,
             Dim::Heads => hp.n_head as i64,
-            Dim::KvHeads => hp.n_head_kv as i64,
+            Dim::KvHeads => n_head_kv as i64,
             Dim::ExpertCount => hp.n_expert as i64,
             Dim::FfExp => hp.n_ff_exp as i64,
             Dim::FfExpTwice => 2 * hp.n_ff_exp as i64,
@@ -316,8 +322,8 @@ impl Dim {
             Dim::EmbdThrice => 3 * hp.n_embd as i64,
             Dim::TokenTypes => hp.n_token_types as i64,
             Dim::ClsOut => hp.n_cls_out as i64,
-            Dim::EmbdPerLayer => hp.n_embd_per_layer as i64,
-            Dim::EmbdPerLayerAll => (hp.n_embd_per_layer * hp.n_layer) as i64,
+            Dim::EmbdPerLayer => hp.per_layer.n_embd_per_layer as i64,
+            Dim::EmbdPerLayerAll => (hp.per_layer.n_embd_per_layer * hp.n_layer) as i64,
             Dim::One => 1,
         }
     }
@@ -420,14 +426,14 @@ impl Conditions<'_> {
 
     /// Gemma 4's per-layer inputs, where the file gives their width.
     fn per_layer_inputs(&self) -> Need {
-        Need::when(self.spec.gemma4_layers && self.hp.n_embd_per_layer > 0, Required)
+        Need::when(self.spec.gemma4_layers && self.hp.per_layer.n_embd_per_layer > 0, Required)
     }
 
     /// K and V of a layer that reads an earlier layer's cache (Gemma 4's
     /// shared-KV layers) are read if the file has them, never used.
     fn kv_need(&self, need: Need) -> Need {
         match self.il {
-            Some(il) if il >= self.hp.n_layer_kv && need == Required => Optional,
+            Some(il) if il >= self.hp.per_layer.n_layer_kv && need == Required => Optional,
             _ => need,
         }
     }

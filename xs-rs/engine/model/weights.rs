@@ -244,7 +244,7 @@ impl<'a> Loader<'a> {
             }
             return Ok(None);
         };
-        let ne: Vec<i64> = row.shape.iter().map(|dim| dim.size(self.spec, self.hp)).collect();
+        let ne: Vec<i64> = row.shape.iter().map(|dim| dim.size(self.spec, self.hp, il)).collect();
         let have = info.ne();
         let expect: Vec<i64> = ne.iter().copied().chain(std::iter::repeat(1)).take(4).collect();
         if have[..] != expect[..] || sys::type_traits(info.ggml_type).is_none() {
