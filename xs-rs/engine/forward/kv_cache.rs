@@ -33,6 +33,9 @@ pub struct CacheLayout {
     pub v_trans: bool,
     /// The recurrent layers, if any: their state sizes and which they are.
     pub recurrent: Option<RecurrentLayout>,
+    /// Layers from this one on keep no K/V (Gemma 4's shared-KV layers
+    /// attend over an earlier layer's); n_layer when every layer keeps its own.
+    pub n_layer_kv: usize,
     /// Each layer's heads where layers differ (Gemma 4's sliding and full
     /// layers; empty: every layer has the heads above). A layer's K and V
     /// fill the start of rows n_embd_k_gqa / n_embd_v_gqa wide (the widest
@@ -97,6 +100,11 @@ impl CacheLayout {
             head_dim_v: self.head_dim_v,
             n_head_kv: self.n_head_kv,
         })
+    }
+
+    /// Whether layer `il` keeps K and V of its own.
+    pub fn holds_kv(&self, il: usize) -> bool {
+        il < self.n_layer_kv && !self.is_recurrent(il)
     }
 
     /// Whether layer `il` keeps a recurrent state instead of K/V.
@@ -199,6 +207,9 @@ impl KvCache {
                         ssm
                     });
                     states[il] = Some(LayerState { conv, ssm });
+                    continue;
+                }
+                if !layout.holds_kv(il) {
                     continue;
                 }
                 let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);

@@ -273,6 +273,7 @@ impl Runner {
                 RecurrentLayout { conv_len, ssm_len, layers: hp.recurrent_layers.clone() }
             }),
             layer_heads: self.layer_heads(),
+            n_layer_kv: hp.per_layer.n_layer_kv,
         }
     }
 

@@ -94,6 +94,7 @@ impl CacheHandle {
             v_trans: true,
             recurrent: None,
             layer_heads: Vec::new(),
+            n_layer_kv: shape.n_layer,
         };
         let cache = KvCache::new(layout, shape.n_ctx, &vec![cpu.buffer_type(); shape.n_layer])?;
         Ok(CacheHandle { session: OnceLock::new(), cache: Mutex::new(Some(cache)) })
