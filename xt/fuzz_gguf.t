@@ -5,7 +5,7 @@
 # models and, when fetched, the test models and vocab files. Each variant
 # runs in a forked child with a 10 s CPU-time limit (60 s of wall clock): load the model, build its
 # tokenizer, make an Inference (1 thread, n_ctx 32) and run a 3-token
-# forward. A croak that names the file, or success, is fine; a signal, an
+# forward (an encoder: embed). A croak that names the file, or success, is fine; a signal, an
 # abort or a timeout (twice in a row, so that a loaded machine is not taken
 # for a hang) fails, and the variant is kept for reproduction.
 #
@@ -86,8 +86,12 @@ sub exercise {
             my $n = $inference->n_vocab;
             my @in = grep { $_ < $n } @ids;
             push @in, 0, 1, 2;
-            my @logits = $inference->forward([ @in[ 0 .. 2 ] ]);
-            $note = (grep { $_ != $_ || $_ == 9**9**9 || $_ == -9**9**9 } @logits) ? 'nonfinite' : 'forward';
+            # an encoder has no next-token logits: its embedding instead
+            my $encoder = $model->architecture =~ /\A(?:bert|nomic-bert)\z/;
+            my @values =
+                $encoder ? @{ $inference->embed('Hello world, the cat sat') } : $inference->forward([ @in[ 0 .. 2 ] ]);
+            my $finite = !grep { $_ != $_ || $_ == 9**9**9 || $_ == -9**9**9 } @values;
+            $note = !$finite ? 'nonfinite' : $encoder ? 'embed' : 'forward';
         }
         1;
     };

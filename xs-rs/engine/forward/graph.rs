@@ -14,7 +14,7 @@ use crate::engine::ggml::ops::row_size;
 use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
-use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, SwaRope};
+use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, RopeFactors, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
     AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights,
@@ -152,6 +152,7 @@ impl Blueprint<'_> {
                 self.spec.name
             )));
         }
+        let per_layer_inputs = b.per_layer_inputs(inp_l, tokens);
         for (il, layer) in w.layers.iter().enumerate() {
             // a training pass keeps every row (no selection to differentiate)
             let last = il + 1 == w.layers.len() && !self.differentiable && !self.spec.outputs_after_norm;
@@ -208,7 +209,14 @@ impl Blueprint<'_> {
             if hp.residual_scale != 0.0 {
                 cur = g.scale(cur, hp.residual_scale);
             }
-            let out = g.add(cur, ffn_inp);
+            let mut out = g.add(cur, ffn_inp);
+            if let (Some((gate, proj, norm)), Some(inputs)) = (layer.per_layer, per_layer_inputs) {
+                out = b.add_per_layer_input(out, inputs, (gate, proj, norm), il);
+            }
+            if let Some(scale) = layer.out_scale {
+                out = g.mul(out, scale);
+                name(out, "out_scaled", Some(il));
+            }
             name(out, "l_out", Some(il));
             inp_l = out;
         }
@@ -372,6 +380,40 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// Gemma 4's per-layer inputs [n_embd_per_layer, n_tokens, n_layer]
+    /// (llama.cpp's build_inp_per_layer and project_per_layer_inputs): each
+    /// token's rows of the per-layer embedding, scaled by
+    /// sqrt(n_embd_per_layer), plus the RMS-normed projection of the scaled
+    /// embeddings `inp` (scaled by 1/sqrt(n_embd)), the sum scaled by
+    /// 1/sqrt(2). None for a model without them.
+    fn per_layer_inputs(&self, inp: Tensor, tokens: Tensor) -> Option<Tensor> {
+        let (g, hp) = (self.g, self.bp.hp);
+        let w = self.bp.weights.per_layer_inputs.as_ref()?;
+        let (n_pl, n_layer, n) = (hp.per_layer.n_embd_per_layer as i64, hp.n_layer as i64, self.n_tokens);
+        let selected = g.reshape_3d(g.get_rows(w.tok_embd, tokens), n_pl, n_layer, n);
+        let selected = g.scale(selected, (n_pl as f32).sqrt());
+        name(selected, "inp_per_layer_selected", None);
+        g.expand(selected);
+        let proj = g.scale(g.mul_mat(w.model_proj, inp), 1.0 / (hp.n_embd as f32).sqrt());
+        let proj = self.norm(g.reshape_3d(proj, n_pl, n_layer, n), Some(w.proj_norm), "per_layer_proj", None);
+        let sum = g.scale(g.add(proj, selected), 1.0 / 2f32.sqrt());
+        name(sum, "inp_per_layer", None);
+        Some(g.cont(g.permute(sum, [0, 2, 1, 3])))
+    }
+
+    /// Gemma 4's per-layer input added to layer `il`'s output `x`:
+    /// gelu(gate · x) times the layer's slice of `inputs`, projected back,
+    /// RMS-normed.
+    fn add_per_layer_input(&self, x: Tensor, inputs: Tensor, w: (Tensor, Tensor, Tensor), il: usize) -> Tensor {
+        let g = self.g;
+        let (gate, proj, norm) = w;
+        let ne = inputs.ne();
+        let slice = g.view_2d(inputs, [ne[0], ne[1]], inputs.nb()[1], il * inputs.nb()[2]);
+        let cur = g.mul(g.gelu(self.mm(gate, x)), slice);
+        let cur = self.norm(self.mm(proj, cur), Some(norm), "per_layer_embd_out", Some(il));
+        g.add(x, cur)
+    }
+
     /// RoPE of Q or K, or x unchanged for rows and layers without RoPE.
     fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
         let hp = self.bp.hp;
@@ -387,7 +429,7 @@ impl Builder<'_, '_> {
             (true, _) => (hp.rope_freq_base_swa, hp.rope_freq_scale_swa, r.ext_factor, r.attn_factor),
         };
         let p = RopeParams {
-            n_dims: hp.n_rot as i32,
+            n_dims: hp.n_rot_of(il) as i32,
             mode,
             n_ctx_orig: r.n_ctx_orig.min(i32::MAX as usize) as i32,
             freq_base,
@@ -400,7 +442,12 @@ impl Builder<'_, '_> {
         if self.bp.spec.rope == Rope::MultiInterleaved {
             return self.g.rope_multi(x, pos, hp.rope_sections, &p);
         }
-        self.g.rope_ext(x, pos, self.bp.rope_factors, &p)
+        // Gemma 4's proportional RoPE factors are the full-attention layers' only
+        let factors = match self.bp.spec.rope_factors {
+            RopeFactors::FullLayers if hp.is_swa(il) => None,
+            _ => self.bp.rope_factors,
+        };
+        self.g.rope_ext(x, pos, factors, &p)
     }
 
     /// Self-attention of one layer: Q/K/V projections, (Q/K norms,) RoPE,
@@ -417,12 +464,26 @@ impl Builder<'_, '_> {
     ) -> Tensor {
         let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
         let n = self.n_tokens;
-        let (hd_k, hd_v) = (hp.head_dim_k as i64, hp.head_dim_v as i64);
-        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let (hd_k, hd_v) = (hp.head_dim_k_of(il) as i64, hp.head_dim_v_of(il) as i64);
+        let (n_head, n_head_kv) = (hp.n_head as i64, hp.n_head_kv_of(il) as i64);
         // a gated attention's Q projection holds each head's query, then its gate
         let hd_q = if spec.gated_attention { 2 * hd_k } else { hd_k };
         let (q_dim, k_dim, v_dim) = (hd_q * n_head, hd_k * n_head_kv, hd_v * n_head_kv);
-        let (mut q, mut k, v) = if spec.qk_norm == QkNorm::Whole {
+        // a Gemma 4 shared-KV layer attends over an earlier layer's cache:
+        // it projects Q only (K and V stand for it below, never stored or read)
+        let kv_layer = hp.kv_layer(il);
+        let own_kv = kv_layer == il;
+        let (mut q, mut k, v) = if !own_kv {
+            let q = match w.qkv {
+                QkvWeights::Separate { wq, bq, .. } => self.linear(wq, bq, x),
+                QkvWeights::Fused { wqkv, bqkv } => {
+                    let qkv = self.linear(wqkv, bqkv, x);
+                    g.cont(g.view_2d(qkv, [q_dim, n], qkv.nb()[1], 0))
+                }
+            };
+            let q = g.reshape_3d(q, hd_q, n_head, n);
+            (q, q, q)
+        } else if spec.qk_norm == QkNorm::Whole {
             // OLMo 2: Q and K normed over the whole projection, then split
             // into heads (llama.cpp's build_qkv without reshape)
             let (q2, k2, v2) = match w.qkv {
@@ -488,10 +549,11 @@ impl Builder<'_, '_> {
             q = self.norm(q, Some(qn), "Qcur_normed", Some(il));
         }
         q = self.rope(q, pos, il);
-        if let (true, Some(kn)) = (per_head, w.k_norm) {
+        if let (true, Some(kn)) = (per_head && own_kv, w.k_norm) {
             k = self.norm(k, Some(kn), "Kcur_normed", Some(il));
         }
         k = self.rope(k, pos, il);
+        let v = if spec.gemma4_layers { g.rms_norm(v, hp.norm_eps) } else { v };
         name(q, "Qcur", Some(il));
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
@@ -517,8 +579,10 @@ impl Builder<'_, '_> {
         };
         // added together so that they are not reordered (as llama.cpp's build_attn)
         g.expand(q);
-        g.expand(v);
-        g.expand(k);
+        if own_kv {
+            g.expand(v);
+            g.expand(k);
+        }
 
         let mut out: Option<Tensor> = None;
         let mut first = 0i64;
@@ -533,9 +597,12 @@ impl Builder<'_, '_> {
                 // an encoder's tokens see their own sequence only, nothing is cached
                 Some(_) if spec.encoder => (ks, vs, false),
                 Some(cache) => {
-                    g.expand(cache.store_k(g, ks, inp.k_idxs, il));
-                    g.expand(cache.store_v(g, vs, inp.v_idxs, il));
-                    (cache.view_k(g, il, inp.n_kv), cache.view_v(g, il, inp.n_kv), cache.layout().v_trans)
+                    if own_kv {
+                        g.expand(cache.store_k(g, ks, inp.k_idxs, il));
+                        g.expand(cache.store_v(g, vs, inp.v_idxs, il));
+                    }
+                    let (kc, vc) = (cache.view_k(g, kv_layer, inp.n_kv), cache.view_v(g, kv_layer, inp.n_kv));
+                    (kc, vc, cache.layout().v_trans)
                 }
                 None => (ks, vs, false),
             };

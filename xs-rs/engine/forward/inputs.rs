@@ -75,7 +75,11 @@ impl GraphInputs {
                     Some(c) => (if worst_case { c.layout().kv_size } else { c.n_kv(s.n_tokens) }, c.layout().v_trans),
                     None => (s.n_tokens, false),
                 };
-                let v_len = if v_trans { n * hp.n_embd_v_gqa() as i64 } else { n };
+                // one index per channel of the cache's rows (the widest layer's)
+                let v_len = match s.cache {
+                    Some(c) if v_trans => n * c.layout().n_embd_v_gqa as i64,
+                    _ => n,
+                };
                 SegmentInputs {
                     k_idxs: input(g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
                     v_idxs: input(g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),

@@ -33,6 +33,22 @@ pub struct CacheLayout {
     pub v_trans: bool,
     /// The recurrent layers, if any: their state sizes and which they are.
     pub recurrent: Option<RecurrentLayout>,
+    /// Layers from this one on keep no K/V (Gemma 4's shared-KV layers
+    /// attend over an earlier layer's); n_layer when every layer keeps its own.
+    pub n_layer_kv: usize,
+    /// Each layer's heads where layers differ (Gemma 4's sliding and full
+    /// layers; empty: every layer has the heads above). A layer's K and V
+    /// fill the start of rows n_embd_k_gqa / n_embd_v_gqa wide (the widest
+    /// layer's).
+    pub layer_heads: Vec<LayerHeads>,
+}
+
+/// The heads one layer keeps in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerHeads {
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_head_kv: usize,
 }
 
 /// The recurrent layers of a cache.
@@ -77,6 +93,20 @@ impl LayerState {
 pub const KV_TYPE: i32 = GGML_TYPE_F16;
 
 impl CacheLayout {
+    /// The heads of layer `il`.
+    pub fn heads(&self, il: usize) -> LayerHeads {
+        self.layer_heads.get(il).copied().unwrap_or(LayerHeads {
+            head_dim_k: self.head_dim_k,
+            head_dim_v: self.head_dim_v,
+            n_head_kv: self.n_head_kv,
+        })
+    }
+
+    /// Whether layer `il` keeps K and V of its own.
+    pub fn holds_kv(&self, il: usize) -> bool {
+        il < self.n_layer_kv && !self.is_recurrent(il)
+    }
+
     /// Whether layer `il` keeps a recurrent state instead of K/V.
     pub fn is_recurrent(&self, il: usize) -> bool {
         self.recurrent.as_ref().is_some_and(|r| r.layers.get(il).copied().unwrap_or(false))
@@ -177,6 +207,9 @@ impl KvCache {
                         ssm
                     });
                     states[il] = Some(LayerState { conv, ssm });
+                    continue;
+                }
+                if !layout.holds_kv(il) {
                     continue;
                 }
                 let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
@@ -486,7 +519,19 @@ impl KvCache {
     pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
         let ne = k_cur.ne();
         let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);
+        let rows = self.widened(g, rows, self.layout.n_embd_k_gqa);
         g.set_rows(self.tensor(il, Part::K), rows, k_idxs)
+    }
+
+    /// `rows` [width, n] padded with zeros to the cache's rows, where a
+    /// layer's K or V is narrower than the widest layer's (never read).
+    fn widened(&self, g: &GraphCtx, rows: Tensor, row_width: usize) -> Tensor {
+        let pad = row_width as i64 - rows.ne()[0];
+        if pad > 0 {
+            g.pad(rows, [pad as i32, 0, 0, 0])
+        } else {
+            rows
+        }
     }
 
     /// Writes V of the new tokens, as `store_k`; with V transposed every
@@ -496,6 +541,7 @@ impl KvCache {
         let n_embd = ne[0] * ne[1];
         if !self.layout.v_trans {
             let rows = g.view_2d(v_cur, [n_embd, ne[2]], v_cur.nb()[2], 0);
+            let rows = self.widened(g, rows, self.layout.n_embd_v_gqa);
             return g.set_rows(self.tensor(il, Part::V), rows, v_idxs);
         }
         let flat = if row_size(v_cur.type_id(), n_embd) == v_cur.nb()[2] {
@@ -503,6 +549,9 @@ impl KvCache {
         } else {
             g.cont_2d(v_cur, n_embd, ne[2])
         };
+        // every channel of the widest layer has its indices
+        let flat = self.widened(g, flat, self.layout.n_embd_v_gqa);
+        let n_embd = flat.ne()[0];
         let cache = self.tensor(il, Part::V);
         let n_cache = cache.ne()[0] * cache.ne()[1];
         let cache_elems = g.reshape_2d(cache, 1, n_cache);
@@ -513,13 +562,14 @@ impl KvCache {
     /// K of the first `n_kv` cells as [head_dim, n_head_kv, n_kv, 1].
     pub fn view_k(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
         let l = &self.layout;
+        let h = l.heads(il);
         let k = self.tensor(il, Part::K);
         let t = k.type_id();
         g.view_4d(
             k,
-            [l.head_dim_k as i64, l.n_head_kv as i64, n_kv as i64, 1],
+            [h.head_dim_k as i64, h.n_head_kv as i64, n_kv as i64, 1],
             [
-                row_size(t, l.head_dim_k as i64),
+                row_size(t, h.head_dim_k as i64),
                 row_size(t, l.n_embd_k_gqa as i64),
                 row_size(t, (l.n_embd_k_gqa * l.kv_size) as i64),
             ],
@@ -531,14 +581,15 @@ impl KvCache {
     /// transposed [n_kv, n_head_kv, head_dim, 1].
     pub fn view_v(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
         let l = &self.layout;
+        let h = l.heads(il);
         let v = self.tensor(il, Part::V);
         let t = v.type_id();
         if !l.v_trans {
             return g.view_4d(
                 v,
-                [l.head_dim_v as i64, l.n_head_kv as i64, n_kv as i64, 1],
+                [h.head_dim_v as i64, h.n_head_kv as i64, n_kv as i64, 1],
                 [
-                    row_size(t, l.head_dim_v as i64),
+                    row_size(t, h.head_dim_v as i64),
                     row_size(t, l.n_embd_v_gqa as i64),
                     row_size(t, (l.n_embd_v_gqa * l.kv_size) as i64),
                 ],
@@ -547,9 +598,9 @@ impl KvCache {
         }
         g.view_4d(
             v,
-            [n_kv as i64, l.n_head_kv as i64, l.head_dim_v as i64, 1],
+            [n_kv as i64, h.n_head_kv as i64, h.head_dim_v as i64, 1],
             [
-                row_size(t, (l.kv_size * l.head_dim_v) as i64),
+                row_size(t, (l.kv_size * h.head_dim_v) as i64),
                 row_size(t, l.kv_size as i64),
                 row_size(t, (l.kv_size * l.n_embd_v_gqa) as i64),
             ],

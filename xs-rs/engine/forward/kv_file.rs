@@ -219,6 +219,9 @@ impl Header {
                 parts.push((format!("the recurrent state of layer {il}"), layout.state_bytes(il) as u64));
                 continue;
             }
+            if !layout.holds_kv(il) {
+                continue;
+            }
             parts.push((format!("the keys of layer {il}"), layout.cells_bytes(Part::K, n) as u64));
             parts.push((format!("the values of layer {il}"), layout.cells_bytes(Part::V, n) as u64));
         }
@@ -353,6 +356,9 @@ fn write_file(path: &Path, header: &Header, cache: &KvCache) -> std::io::Result<
             w.put(&cells)?;
             continue;
         }
+        if !cache.layout().holds_kv(il) {
+            continue;
+        }
         for part in [Part::K, Part::V] {
             cells.resize(cache.layout().cells_bytes(part, n), 0);
             cache.read_cells(il, part, n, &mut cells);
@@ -460,6 +466,9 @@ pub fn load(path: &Path, target: &Target, new_cache: impl FnOnce() -> Result<KvC
             r.take(&mut bytes, what.next().expect("one section per state"))?;
             f32_to_or_from_le(&mut bytes);
             cache.write_layer_state(il, &bytes);
+            continue;
+        }
+        if !target.layout.holds_kv(il) {
             continue;
         }
         for part in [Part::K, Part::V] {

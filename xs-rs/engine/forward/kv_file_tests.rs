@@ -47,6 +47,8 @@ fn layout(v_trans: bool) -> CacheLayout {
         kv_size: 256,
         v_trans,
         recurrent: None,
+        layer_heads: Vec::new(),
+        n_layer_kv: 2,
     }
 }
 
@@ -408,4 +410,34 @@ fn models_have_different_fingerprints() {
     let a = Model::open(&smollm2, true).unwrap().fingerprint().unwrap();
     assert_eq!(Model::open(&smollm2, false).unwrap().fingerprint().unwrap(), a, "mapped or read");
     assert_ne!(Model::open(&qwen, true).unwrap().fingerprint().unwrap(), a);
+}
+
+#[test]
+fn a_shared_kv_layer_keeps_and_saves_nothing() {
+    // layer 1 reads layer 0's cache (Gemma 4's shared-KV layers)
+    let shared = CacheLayout { n_layer_kv: 1, ..layout(true) };
+    let mut saved = empty_cache(shared.clone());
+    let n = 3;
+    for part in [Part::K, Part::V] {
+        let len = shared.cells_bytes(part, n);
+        saved.write_cells(0, part, n, &(0..len).map(|i| (i as u8).wrapping_mul(7)).collect::<Vec<u8>>());
+    }
+    saved.advance(&[4, 5, 6], None);
+    assert!(saved.size_bytes() < empty_cache(layout(true)).size_bytes(), "no K/V for layer 1");
+    let dir = TempDir::new("shared");
+    let path = dir.file("shared.kv");
+    save(&path, &saved, &model_id(0x77)).expect("saved");
+    let expected =
+        HEADER_LEN + 4 * n + shared.cells_bytes(Part::K, n) + shared.cells_bytes(Part::V, n) + CHECKSUM_LEN as usize;
+    assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, expected, "K/V of layer 0 only");
+    let target = Target { model: model_id(0x77), layout: shared.clone(), n_ctx: N_CTX, n_vocab: N_VOCAB };
+    let loaded = load_for(&path, &target).expect("loaded");
+    assert_eq!(loaded.tokens(), saved.tokens());
+    for part in [Part::K, Part::V] {
+        let len = shared.cells_bytes(part, n);
+        let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+        saved.read_cells(0, part, n, &mut a);
+        loaded.read_cells(0, part, n, &mut b);
+        assert_eq!(a, b, "layer 0's cells come back");
+    }
 }

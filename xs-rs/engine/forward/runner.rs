@@ -7,7 +7,7 @@
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use crate::engine::forward::compute::{BatchShape, Executor, StepScratch, Target};
 use crate::engine::forward::graph::{Blueprint, Head, Segment};
-use crate::engine::forward::kv_cache::{CacheLayout, RecurrentLayout};
+use crate::engine::forward::kv_cache::{CacheLayout, LayerHeads, RecurrentLayout};
 use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::forward::profile::{timed, Phase, Profile};
 use crate::engine::ggml::cpu_budget::{available_cpus, physical_cores, MAX_THREADS};
@@ -260,8 +260,8 @@ impl Runner {
         let hp = &self.hp;
         CacheLayout {
             n_layer: hp.n_layer,
-            n_embd_k_gqa: hp.n_embd_k_gqa(),
-            n_embd_v_gqa: hp.n_embd_v_gqa(),
+            n_embd_k_gqa: hp.max_n_embd_k_gqa(),
+            n_embd_v_gqa: hp.max_n_embd_v_gqa(),
             head_dim_k: hp.head_dim_k,
             head_dim_v: hp.head_dim_v,
             n_head_kv: hp.n_head_kv,
@@ -272,6 +272,27 @@ impl Runner {
                 let (conv_len, ssm_len) = hp.recurrent_state_lens();
                 RecurrentLayout { conv_len, ssm_len, layers: hp.recurrent_layers.clone() }
             }),
+            layer_heads: self.layer_heads(),
+            n_layer_kv: hp.per_layer.n_layer_kv,
+        }
+    }
+
+    /// Each layer's heads in the cache where they differ between layers
+    /// (else none: every layer has the model's).
+    fn layer_heads(&self) -> Vec<LayerHeads> {
+        let hp = &self.hp;
+        let heads: Vec<LayerHeads> = (0..hp.n_layer)
+            .map(|il| LayerHeads {
+                head_dim_k: hp.head_dim_k_of(il),
+                head_dim_v: hp.head_dim_v_of(il),
+                n_head_kv: hp.n_head_kv_of(il),
+            })
+            .collect();
+        let model = LayerHeads { head_dim_k: hp.head_dim_k, head_dim_v: hp.head_dim_v, n_head_kv: hp.n_head_kv };
+        if heads.iter().all(|h| *h == model) {
+            Vec::new()
+        } else {
+            heads
         }
     }
 

@@ -93,6 +93,8 @@ impl CacheHandle {
             kv_size: shape.n_ctx.div_ceil(KV_PAD) * KV_PAD,
             v_trans: true,
             recurrent: None,
+            layer_heads: Vec::new(),
+            n_layer_kv: shape.n_layer,
         };
         let cache = KvCache::new(layout, shape.n_ctx, &vec![cpu.buffer_type(); shape.n_layer])?;
         Ok(CacheHandle { session: OnceLock::new(), cache: Mutex::new(Some(cache)) })

@@ -154,6 +154,14 @@ extern "C" {
     ) -> *mut ggml_tensor;
     fn ggml_flash_attn_ext_set_n_kv_max(a: *mut ggml_tensor, n_kv_max: i32);
     fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: c_int) -> *mut ggml_tensor;
+    fn ggml_pad(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        p0: c_int,
+        p1: c_int,
+        p2: c_int,
+        p3: c_int,
+    ) -> *mut ggml_tensor;
 
     fn ggml_used_mem(ctx: *const ggml_context) -> usize;
     fn ggml_get_mem_size(ctx: *const ggml_context) -> usize;
@@ -822,6 +830,11 @@ impl Ctx {
     pub fn concat(&self, a: Tensor, b: Tensor, dim: c_int) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_concat(self.c(), a.0, b.0, dim) })
+    }
+    /// `a` with `pad[i]` zeros after the end of each dimension i.
+    pub fn pad(&self, a: Tensor, pad: [c_int; 4]) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_pad(self.c(), a.0, pad[0], pad[1], pad[2], pad[3]) })
     }
     pub fn diag_mask_inf(&self, a: Tensor, n_past: i32) -> Tensor {
         // SAFETY: see the note above.

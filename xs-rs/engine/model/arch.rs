@@ -67,6 +67,10 @@ pub enum RopeFactors {
     /// context (`rope.scaling.original_context_length`), else
     /// `rope_factors_short` (Phi-3's LongRoPE).
     LongShort,
+    /// `rope_freqs`, required, in the full-attention layers only (Gemma 4's
+    /// proportional RoPE: factors of 1e30 leave the dimensions past the
+    /// rotated part still).
+    FullLayers,
 }
 
 /// Mixture-of-experts feed-forward blocks (llama.cpp's build_moe_ffn with
@@ -263,6 +267,14 @@ pub struct ArchSpec {
     /// the last layer's attention (Qwen3.5's graph; the same values, but
     /// the last FFN then runs over every row, as its kernels round).
     pub outputs_after_norm: bool,
+    /// Gemma 4's layers: per-layer inputs when the file gives
+    /// `embedding_length_per_layer_input` (a second token embedding of
+    /// n_layer slices, plus a projection of the embeddings, added into each
+    /// layer's output through a GELU gate), the last
+    /// `attention.shared_kv_layers` layers reading the cache of the last
+    /// earlier layer of their kind, V RMS-normed without a weight, an
+    /// attention scale of 1, and `layer_output_scale` on each layer's output.
+    pub gemma4_layers: bool,
 }
 
 /// LLaMA and the base the other rows change.
@@ -306,6 +318,7 @@ const LLAMA: ArchSpec = ArchSpec {
     attn_sinks: false,
     llama4: false,
     outputs_after_norm: false,
+    gemma4_layers: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -504,6 +517,18 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         llama4: true,
         ..LLAMA
     },
+    ArchSpec {
+        name: "gemma4",
+        qk_norm: QkNorm::PerHead,
+        scale_q: false,
+        swa_rope: SwaRope::Base(10000.0),
+        wide_query_scale_at: None,
+        rope_factors: RopeFactors::FullLayers,
+        output: OutputWeight::OwnOrEmbd,
+        outputs_after_norm: true,
+        gemma4_layers: true,
+        ..GEMMA3
+    },
     BERT,
     // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
     ArchSpec { name: "nomic-bert", rope: Rope::Neox, act: Activation::SwiGlu, ..BERT },
@@ -547,6 +572,8 @@ impl ArchSpec {
             Some("its attention sinks and clamped SwiGLU experts")
         } else if self.llama4 {
             Some("its experts weighted before they run")
+        } else if self.gemma4_layers {
+            Some("its shared-KV layers, which read another layer's cache")
         } else {
             None
         }
@@ -576,6 +603,14 @@ pub struct HParams {
     pub head_dim_k: usize,
     pub head_dim_v: usize,
     pub n_rot: usize,
+    /// The rotated dimensions of the sliding-window layers
+    /// (`rope.dimension_count_swa`, default n_rot).
+    pub n_rot_swa: usize,
+    /// Gemma 4's per-layer inputs and shared-KV layers, and the sizes that
+    /// differ between its layers (n_head_kv, head_dim_k/v and n_ff above
+    /// are then the first layer's, the full-attention layers' and the
+    /// widest).
+    pub per_layer: PerLayerDims,
     pub norm_eps: f32,
     pub rope_freq_base: f32,
     /// The scaling the model was trained with (`rope.scaling.type`, default
@@ -645,6 +680,39 @@ pub struct HParams {
     pub n_cls_out: usize,
     /// Every token attends over its whole sequence (an encoder).
     pub non_causal: bool,
+}
+
+/// Sizes that may differ between layers (Gemma 4's sliding-window and
+/// full-attention layers; llama.cpp's per-layer hparams arrays).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerLayerDims {
+    /// The width of a layer's per-layer input (0 = none).
+    pub n_embd_per_layer: usize,
+    /// The layers that keep their own K and V: those before the shared-KV
+    /// ones, which read the cache of an earlier layer (see `kv_layer`).
+    pub n_layer_kv: usize,
+    /// The heads of the sliding-window layers (`attention.key_length_swa`,
+    /// `value_length_swa`; default the others').
+    pub head_dim_k_swa: usize,
+    pub head_dim_v_swa: usize,
+    /// One KV head count, and one FFN width, per layer where the file gives
+    /// a list (empty: the single value).
+    pub n_head_kv: Vec<usize>,
+    pub n_ff: Vec<usize>,
+}
+
+impl PerLayerDims {
+    /// Every layer alike, with its own KV, no per-layer inputs.
+    pub fn uniform(n_layer: usize, head_dim_k: usize, head_dim_v: usize) -> PerLayerDims {
+        PerLayerDims {
+            n_embd_per_layer: 0,
+            n_layer_kv: n_layer,
+            head_dim_k_swa: head_dim_k,
+            head_dim_v_swa: head_dim_v,
+            n_head_kv: Vec::new(),
+            n_ff: Vec::new(),
+        }
+    }
 }
 
 /// The sizes of gated delta-net layers (llama.cpp's ssm_* hyperparameters).
@@ -729,12 +797,6 @@ impl AttnTemperature {
 }
 
 impl HParams {
-    pub fn n_embd_k_gqa(&self) -> usize {
-        self.head_dim_k * self.n_head_kv
-    }
-    pub fn n_embd_v_gqa(&self) -> usize {
-        self.head_dim_v * self.n_head_kv
-    }
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa_layers.get(il).copied().unwrap_or(false)
     }
@@ -766,7 +828,11 @@ impl HParams {
     pub fn load(model: &Model, spec: &ArchSpec) -> Result<HParams> {
         let keys = ArchKeys { model, arch: spec.name };
         let n_embd = keys.positive(model.n_embd(), "embedding_length")?;
-        let n_layer = keys.positive(model.n_layer(), "block_count")?;
+        // llama.cpp loads multi-token-prediction blocks (`nextn_predict_layers`,
+        // Qwen3.5's converter writes one) after the layers, and leaves them
+        // out of the forward pass: so does Lugh
+        let n_layer_all = keys.positive(model.n_layer(), "block_count")?;
+        let n_layer = n_layer_all - keys.count("nextn_predict_layers").min(n_layer_all - 1);
         let n_head = keys.positive(model.n_head(), "attention.head_count")?;
         // LFM2 gives one KV head count per layer, 0 for its convolution layers
         let kv_heads_per_layer = keys.per_layer_counts("attention.head_count_kv", n_layer);
@@ -774,7 +840,20 @@ impl HParams {
             Some(counts) => keys.positive(counts.iter().copied().find(|&n| n > 0), "attention.head_count_kv")?,
             None => keys.positive(model.n_head_kv(), "attention.head_count_kv")?,
         };
-        let n_ff = keys.positive(model.n_ff(), "feed_forward_length")?;
+        let ff_per_layer = keys.per_layer_counts("feed_forward_length", n_layer);
+        if ff_per_layer.is_some() && !spec.gemma4_layers {
+            return Err(Error::Invalid {
+                path: model.path().clone(),
+                what: format!(
+                    "{}.feed_forward_length differs between layers, which Lugh does not support yet",
+                    spec.name
+                ),
+            });
+        }
+        let n_ff = match &ff_per_layer {
+            Some(list) => keys.positive(list.iter().copied().max(), "feed_forward_length")?,
+            None => keys.positive(model.n_ff(), "feed_forward_length")?,
+        };
         let n_vocab = keys.positive(model.n_vocab(), "vocab_size")?;
         let n_ctx_train = keys.positive(model.n_ctx_train(), "context_length")?;
         let (head_dim_k, head_dim_v) = keys.head_dims(n_embd, n_head, n_head_kv)?;
@@ -810,7 +889,15 @@ impl HParams {
             // llama.cpp's OLMo 3 graph: the session's base, unscaled
             SwaRope::GlobalBaseUnscaled => (rope_freq_base, 1.0),
         };
-        let attention_scale = keys.attention_scale(spec, n_layer, n_embd / n_head, head_dim_k);
+        let n_rot_swa = keys.int("rope.dimension_count_swa").map_or(n_rot, |v| v.max(0) as usize);
+        let per_layer = if spec.gemma4_layers {
+            keys.gemma4_dims(n_layer, n_head, head_dim_k, head_dim_v)?
+        } else {
+            PerLayerDims::uniform(n_layer, head_dim_k, head_dim_v)
+        };
+        // Gemma 4 does not scale its attention (its Q and K are RMS-normed)
+        let attention_scale =
+            if spec.gemma4_layers { 1.0 } else { keys.attention_scale(spec, n_layer, n_embd / n_head, head_dim_k) };
         let final_logit_softcap =
             keys.float("final_logit_softcapping").unwrap_or(spec.final_softcap_default as f64) as f32;
         let attn_softcap =
@@ -905,6 +992,8 @@ impl HParams {
             head_dim_k,
             head_dim_v,
             n_rot,
+            n_rot_swa,
+            per_layer,
             norm_eps,
             rope_freq_base,
             rope_scaling,
@@ -941,6 +1030,59 @@ impl HParams {
             n_cls_out,
             non_causal: spec.encoder,
         })
+    }
+
+    /// The width of a K head, and of a V head, of layer `il`.
+    pub fn head_dim_k_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.per_layer.head_dim_k_swa
+        } else {
+            self.head_dim_k
+        }
+    }
+    pub fn head_dim_v_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.per_layer.head_dim_v_swa
+        } else {
+            self.head_dim_v
+        }
+    }
+    /// The KV heads of layer `il`.
+    pub fn n_head_kv_of(&self, il: usize) -> usize {
+        self.per_layer.n_head_kv.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+    /// The FFN width of layer `il`.
+    pub fn n_ff_of(&self, il: usize) -> usize {
+        self.per_layer.n_ff.get(il).copied().unwrap_or(self.n_ff)
+    }
+    /// The widest K and V rows of any layer (a cache's rows hold them all).
+    pub fn max_n_embd_k_gqa(&self) -> usize {
+        (0..self.n_layer).map(|il| self.head_dim_k_of(il) * self.n_head_kv_of(il)).max().unwrap_or(0)
+    }
+    pub fn max_n_embd_v_gqa(&self) -> usize {
+        (0..self.n_layer).map(|il| self.head_dim_v_of(il) * self.n_head_kv_of(il)).max().unwrap_or(0)
+    }
+
+    /// The rotated dimensions of layer `il`.
+    pub fn n_rot_of(&self, il: usize) -> usize {
+        if self.is_swa(il) {
+            self.n_rot_swa
+        } else {
+            self.n_rot
+        }
+    }
+
+    /// The layer whose cached K and V layer `il` attends over: its own, or
+    /// for Gemma 4's shared-KV layers the last layer before them of the
+    /// same kind (llama.cpp's layer reuse: the full-attention layers read
+    /// the last layer with its own KV, the sliding-window ones the one
+    /// before it).
+    pub fn kv_layer(&self, il: usize) -> usize {
+        match il < self.per_layer.n_layer_kv {
+            true => il,
+            false if self.is_swa(il) => self.per_layer.n_layer_kv - 2,
+            false => self.per_layer.n_layer_kv - 1,
+        }
     }
 
     /// Whether layer `il` applies RoPE (its row may leave some layers out).
@@ -1122,6 +1264,70 @@ impl ArchKeys<'_> {
             }
         };
         Ok((0..n_layer).map(|il| (il + 1) % interval != 0).collect())
+    }
+
+    /// Gemma 4's per-layer sizes (see `PerLayerDims`), refusing its MoE
+    /// variants (not supported yet).
+    fn gemma4_dims(&self, n_layer: usize, n_head: usize, head_dim_k: usize, head_dim_v: usize) -> Result<PerLayerDims> {
+        if self.count("expert_count") > 0 {
+            return Err(Error::Invalid {
+                path: self.model.path().clone(),
+                what: format!(
+                    "this Gemma 4 model has experts (the MoE variants), which Lugh does not support yet \
+                     (architecture {})",
+                    self.arch
+                ),
+            });
+        }
+        let shared = self.count("attention.shared_kv_layers");
+        if shared > 0 && shared + 2 > n_layer {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.attention.shared_kv_layers is {shared}, but at least 2 of the {n_layer} layers must keep \
+                     their own KV",
+                    self.arch
+                ),
+            });
+        }
+        let counts = |key: &str| -> Result<Vec<usize>> {
+            match self.per_layer_counts(key, n_layer) {
+                Some(list) if list.contains(&0) => Err(self.missing(key)),
+                Some(list) => Ok(list.into_iter().map(|n| n.min(u32::MAX as i64) as usize).collect()),
+                None => Ok(Vec::new()),
+            }
+        };
+        let dims = PerLayerDims {
+            n_embd_per_layer: self.count("embedding_length_per_layer_input"),
+            n_layer_kv: n_layer - shared,
+            head_dim_k_swa: self.int("attention.key_length_swa").map_or(head_dim_k, |n| n.max(0) as usize),
+            head_dim_v_swa: self.int("attention.value_length_swa").map_or(head_dim_v, |n| n.max(0) as usize),
+            n_head_kv: counts("attention.head_count_kv")?,
+            n_ff: counts("feed_forward_length")?,
+        };
+        if dims.head_dim_k_swa == 0 || dims.head_dim_v_swa == 0 {
+            return Err(self.missing("attention.key_length_swa"));
+        }
+        if head_dim_k != head_dim_v || dims.head_dim_k_swa != dims.head_dim_v_swa {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{} needs K and V heads of one size (key_length {head_dim_k}, value_length {head_dim_v}, \
+                     key_length_swa {}, value_length_swa {})",
+                    self.arch, dims.head_dim_k_swa, dims.head_dim_v_swa
+                ),
+            });
+        }
+        if let Some(&bad) = dims.n_head_kv.iter().find(|&&n| n > n_head || n_head % n != 0) {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.attention.head_count_kv has {bad} KV heads in a layer, which does not divide {n_head} heads",
+                    self.arch
+                ),
+            });
+        }
+        Ok(dims)
     }
 
     /// Granite's embedding, residual and logit multipliers.

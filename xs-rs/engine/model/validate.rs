@@ -110,6 +110,17 @@ pub fn hparams(path: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
             format!("is {}, but RoPE needs an even count in 2..={} (the key head size)", hp.n_rot, hp.head_dim_k),
         ));
     }
+    let has_swa = hp.swa_layers.iter().any(|&s| s);
+    let swa_head = hp.per_layer.head_dim_k_swa;
+    if spec.rope != Rope::None && has_swa && (hp.n_rot_swa == 0 || hp.n_rot_swa % 2 != 0 || hp.n_rot_swa > swa_head) {
+        return Err(bad(
+            "rope.dimension_count_swa",
+            format!(
+                "is {}, but RoPE needs an even count in 2..={swa_head} (the sliding layers' key head size)",
+                hp.n_rot_swa
+            ),
+        ));
+    }
     if hp.n_vocab > i32::MAX as usize {
         return Err(bad("vocab_size", format!("{} tokens do not fit a 32-bit token id", hp.n_vocab)));
     }
@@ -225,7 +236,7 @@ pub(crate) mod tests {
     }
 
     fn tiny(arch: &str) -> HParams {
-        let gemma = arch == "gemma3";
+        let gemma = arch == "gemma3" || arch == "gemma4";
         HParams {
             n_vocab: 256,
             n_ctx_train: 128,
@@ -237,6 +248,8 @@ pub(crate) mod tests {
             head_dim_k: 16,
             head_dim_v: 16,
             n_rot: 16,
+            n_rot_swa: 16,
+            per_layer: crate::engine::model::arch::PerLayerDims::uniform(2, 16, 16),
             norm_eps: 1e-5,
             rope_freq_base: 10000.0,
             rope_scaling: crate::engine::model::rope::ScalingType::Linear,
@@ -329,6 +342,13 @@ pub(crate) mod tests {
         refused("gemma2", |h| h.attn_softcap = 0.0, &["gemma2.attn_logit_softcapping", "> 0"]);
         refused("granite", |h| h.logit_scale = 0.0, &["granite.logit_scale"]);
         refused("granite", |h| h.residual_scale = f32::NAN, &["granite.residual_scale"]);
+    }
+
+    #[test]
+    fn sliding_layers_rotate_within_their_heads() {
+        refused("gemma4", |h| h.n_rot_swa = 18, &["gemma4.rope.dimension_count_swa", "2..=16"]);
+        refused("gemma4", |h| h.n_rot_swa = 3, &["rope.dimension_count_swa"]);
+        check("gemma4", |h| h.n_rot_swa = 8).unwrap();
     }
 
     #[test]

@@ -69,6 +69,17 @@ pub enum TensorKind {
     ClsOut,
     /// gpt-oss's attention sinks.
     AttnSinks,
+    /// Gemma 4's per-layer inputs: their token embedding (n_layer slices),
+    /// the projection of the embeddings to them and its norm; in each layer
+    /// the gate from the layer's output, the projection back and its norm.
+    PerLayerTokenEmbd,
+    PerLayerModelProj,
+    PerLayerProjNorm,
+    PerLayerInpGate,
+    PerLayerProj,
+    PerLayerPostNorm,
+    /// Gemma 4: one factor on each layer's output.
+    LayerOutScale,
 }
 
 /// The block of a layer a weight belongs to: a recurrent layer reads no
@@ -134,6 +145,13 @@ impl TensorKind {
             Cls => "cls",
             ClsOut => "cls.output",
             AttnSinks => "attn_sinks",
+            PerLayerTokenEmbd => "per_layer_token_embd",
+            PerLayerModelProj => "per_layer_model_proj",
+            PerLayerProjNorm => "per_layer_proj_norm",
+            PerLayerInpGate => "inp_gate",
+            PerLayerProj => "proj",
+            PerLayerPostNorm => "post_norm",
+            LayerOutScale => "layer_output_scale",
         }
     }
 
@@ -260,30 +278,41 @@ pub enum Dim {
     /// An encoder's token types and classifier outputs.
     TokenTypes,
     ClsOut,
+    /// Gemma 4: one layer's per-layer input width, and all layers' together.
+    EmbdPerLayer,
+    EmbdPerLayerAll,
+    /// A single value.
+    One,
 }
 
 impl Dim {
-    pub fn size(self, spec: &ArchSpec, hp: &HParams) -> i64 {
+    /// The size in layer `il` (None: a weight outside the layers, sized as
+    /// the full-attention layers).
+    pub fn size(self, spec: &ArchSpec, hp: &HParams, il: Option<usize>) -> i64 {
+        let (head_dim_k, head_dim_v, n_head_kv, n_ff) = match il {
+            Some(il) => (hp.head_dim_k_of(il), hp.head_dim_v_of(il), hp.n_head_kv_of(il), hp.n_ff_of(il)),
+            None => (hp.head_dim_k, hp.head_dim_v, hp.n_head_kv, hp.n_ff),
+        };
         // a gated attention's Q projection holds a gate beside each head
-        let q = (hp.n_head * hp.head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
-        let k = hp.n_embd_k_gqa() as i64;
-        let v = hp.n_embd_v_gqa() as i64;
+        let q = (hp.n_head * head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
+        let k = (head_dim_k * n_head_kv) as i64;
+        let v = (head_dim_v * n_head_kv) as i64;
         let delta = hp.delta_net.as_ref();
         match self {
             Dim::Embd => hp.n_embd as i64,
             Dim::Vocab => hp.n_vocab as i64,
             Dim::CtxTrain => hp.n_ctx_train as i64,
-            Dim::Ff => hp.n_ff as i64,
-            Dim::FfUp if spec.fused_ffn_up => 2 * hp.n_ff as i64,
-            Dim::FfUp => hp.n_ff as i64,
+            Dim::Ff => n_ff as i64,
+            Dim::FfUp if spec.fused_ffn_up => 2 * n_ff as i64,
+            Dim::FfUp => n_ff as i64,
             Dim::QWidth => q,
             Dim::KWidth => k,
             Dim::VWidth => v,
             Dim::QkvWidth => q + k + v,
-            Dim::AttnOutWidth => (hp.n_head * hp.head_dim_v) as i64,
-            Dim::HeadDimK => hp.head_dim_k as i64,
+            Dim::AttnOutWidth => (hp.n_head * head_dim_v) as i64,
+            Dim::HeadDimK => head_dim_k as i64,
             Dim::Heads => hp.n_head as i64,
-            Dim::KvHeads => hp.n_head_kv as i64,
+            Dim::KvHeads => n_head_kv as i64,
             Dim::ExpertCount => hp.n_expert as i64,
             Dim::FfExp => hp.n_ff_exp as i64,
             Dim::FfExpTwice => 2 * hp.n_ff_exp as i64,
@@ -298,6 +327,9 @@ impl Dim {
             Dim::EmbdThrice => 3 * hp.n_embd as i64,
             Dim::TokenTypes => hp.n_token_types as i64,
             Dim::ClsOut => hp.n_cls_out as i64,
+            Dim::EmbdPerLayer => hp.per_layer.n_embd_per_layer as i64,
+            Dim::EmbdPerLayerAll => (hp.per_layer.n_embd_per_layer * hp.n_layer) as i64,
+            Dim::One => 1,
         }
     }
 }
@@ -401,6 +433,20 @@ impl Conditions<'_> {
         self.spec.rope_factors == RopeFactors::Freqs && self.hp.rope_scaling != ScalingType::LongRope
     }
 
+    /// Gemma 4's per-layer inputs, where the file gives their width.
+    fn per_layer_inputs(&self) -> Need {
+        Need::when(self.spec.gemma4_layers && self.hp.per_layer.n_embd_per_layer > 0, Required)
+    }
+
+    /// K and V of a layer that reads an earlier layer's cache (Gemma 4's
+    /// shared-KV layers) are read if the file has them, never used.
+    fn kv_need(&self, need: Need) -> Need {
+        match self.il {
+            Some(il) if il >= self.hp.per_layer.n_layer_kv && need == Required => Optional,
+            _ => need,
+        }
+    }
+
     fn rope_long_short(&self) -> bool {
         self.spec.rope_factors == RopeFactors::LongShort
             || (self.spec.rope_factors == RopeFactors::Freqs && self.hp.rope_scaling == ScalingType::LongRope)
@@ -501,7 +547,13 @@ pub const WEIGHTS: &[WeightRow] = &[
             Need::when(!c.found.has(K::Output) && !c.encoder(), Required)
         })
     },
-    row(K::RopeFreqs, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| Need::when(c.rope_freqs(), Optional)),
+    row(K::RopeFreqs, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| match c.spec.rope_factors {
+        RopeFactors::FullLayers => Required,
+        _ => Need::when(c.rope_freqs(), Optional),
+    }),
+    row(K::PerLayerTokenEmbd, Weight, Input, &[EmbdPerLayerAll, Vocab], GetRows, |c| c.per_layer_inputs()),
+    row(K::PerLayerModelProj, Weight, AllLayers, &[Embd, EmbdPerLayerAll], MulMat, |c| c.per_layer_inputs()),
+    row(K::PerLayerProjNorm, Weight, AllLayers, &[EmbdPerLayer], Mul, |c| c.per_layer_inputs()),
     row(K::RopeFactorsLong, Weight, AllLayers, &[RopePairs], WeightOp::Rope, |c| {
         Need::when(c.rope_long_short(), Optional)
     }),
@@ -513,8 +565,11 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnQkv, Weight, Layer, &[Embd, QkvWidth], MulMat, |_| Optional),
     row(K::AttnQkv, Bias, Layer, &[QkvWidth], Add, |c| Need::when(c.found.has(K::AttnQkv), Optional)),
     row(K::AttnQ, Weight, Layer, &[Embd, QWidth], MulMat, |c| c.separate_qkv(Required)),
-    row(K::AttnK, Weight, Layer, &[Embd, KWidth], MulMat, |c| c.separate_qkv(Required)),
-    row(K::AttnV, Weight, Layer, &[Embd, VWidth], MulMat, |c| c.separate_qkv(Required)),
+    row(K::AttnK, Weight, Layer, &[Embd, KWidth], MulMat, |c| c.separate_qkv(c.kv_need(Required))),
+    // Gemma 4's V may be its K projection (no attn_v)
+    row(K::AttnV, Weight, Layer, &[Embd, VWidth], MulMat, |c| {
+        c.separate_qkv(c.kv_need(Need::optional_if(c.spec.gemma4_layers)))
+    }),
     row(K::AttnQ, Bias, Layer, &[QWidth], Add, |c| c.separate_qkv(Optional)),
     row(K::AttnK, Bias, Layer, &[KWidth], Add, |c| c.separate_qkv(Optional)),
     row(K::AttnV, Bias, Layer, &[VWidth], Add, |c| c.separate_qkv(Optional)),
@@ -568,7 +623,7 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnQNorm, Weight, Layer, &[HeadDimK], Mul, |c| c.qk_norm(QkNorm::PerHead)),
     row(K::AttnQNorm, Weight, Layer, &[QWidth], Mul, |c| c.qk_norm(QkNorm::Whole)),
     row(K::AttnQNorm, Weight, Layer, &[HeadDimK, Heads], Mul, |c| c.qk_norm(QkNorm::EachHeadOptional)),
-    row(K::AttnKNorm, Weight, Layer, &[HeadDimK], Mul, |c| c.qk_norm(QkNorm::PerHead)),
+    row(K::AttnKNorm, Weight, Layer, &[HeadDimK], Mul, |c| c.kv_need(c.qk_norm(QkNorm::PerHead))),
     row(K::AttnKNorm, Weight, Layer, &[KWidth], Mul, |c| c.qk_norm(QkNorm::Whole)),
     row(K::AttnKNorm, Weight, Layer, &[HeadDimK, KvHeads], Mul, |c| c.qk_norm(QkNorm::EachHeadOptional)),
     row(K::AttnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
@@ -595,6 +650,10 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::LayerOutNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.encoder(), Required)),
     row(K::LayerOutNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.encoder(), Required)),
     row(K::FfnPostNorm, Weight, Layer, &[Embd], Mul, |c| Need::when(c.spec.post_norms, Required)),
+    row(K::LayerOutScale, Weight, Layer, &[One], Mul, |c| Need::when(c.spec.gemma4_layers, Optional)),
+    row(K::PerLayerInpGate, Weight, Layer, &[Embd, EmbdPerLayer], MulMat, |c| c.per_layer_inputs()),
+    row(K::PerLayerProj, Weight, Layer, &[EmbdPerLayer, Embd], MulMat, |c| c.per_layer_inputs()),
+    row(K::PerLayerPostNorm, Weight, Layer, &[Embd], Mul, |c| c.per_layer_inputs()),
 ];
 
 /// gpt-oss's biases of the router and the experts.

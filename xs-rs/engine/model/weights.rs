@@ -148,6 +148,20 @@ pub struct LayerWeights {
     /// residual add, and after the FFN's.
     pub attn_out_norm: Option<(Tensor, Tensor)>,
     pub layer_out_norm: Option<(Tensor, Tensor)>,
+    /// Gemma 4: the per-layer input's gate [n_embd, n_embd_per_layer],
+    /// projection [n_embd_per_layer, n_embd] and norm [n_embd].
+    pub per_layer: Option<(Tensor, Tensor, Tensor)>,
+    /// Gemma 4: the factor [1] on the layer's output.
+    pub out_scale: Option<Tensor>,
+}
+
+/// Gemma 4's per-layer inputs: their token embedding [n_embd_per_layer ·
+/// n_layer, n_vocab], the projection of the embeddings to them [n_embd,
+/// n_embd_per_layer · n_layer] and its norm [n_embd_per_layer].
+pub struct PerLayerInputs {
+    pub tok_embd: Tensor,
+    pub model_proj: Tensor,
+    pub proj_norm: Tensor,
 }
 
 /// An encoder's extra weights: token types, the embeddings' norm, and the
@@ -182,6 +196,7 @@ pub struct ModelWeights {
     pub rope_freqs: Option<Tensor>,
     pub rope_long: Option<Tensor>,
     pub rope_short: Option<Tensor>,
+    pub per_layer_inputs: Option<PerLayerInputs>,
     pub layers: Vec<LayerWeights>,
     /// (buffer type name, bytes) per buffer, for diagnostics.
     pub placement: Vec<(String, usize)>,
@@ -243,7 +258,7 @@ impl<'a> Loader<'a> {
             }
             return Ok(None);
         };
-        let ne: Vec<i64> = row.shape.iter().map(|dim| dim.size(self.spec, self.hp)).collect();
+        let ne: Vec<i64> = row.shape.iter().map(|dim| dim.size(self.spec, self.hp, il)).collect();
         let have = info.ne();
         let expect: Vec<i64> = ne.iter().copied().chain(std::iter::repeat(1)).take(4).collect();
         if have[..] != expect[..] || sys::type_traits(info.ggml_type).is_none() {
@@ -389,6 +404,11 @@ impl ModelWeights {
             rope_freqs: own.weight(RopeFreqs),
             rope_long: own.weight(RopeFactorsLong),
             rope_short: own.weight(RopeFactorsShort),
+            per_layer_inputs: own.weight(PerLayerTokenEmbd).map(|tok_embd| PerLayerInputs {
+                tok_embd,
+                model_proj: own.required(PerLayerModelProj),
+                proj_norm: own.required(PerLayerProjNorm),
+            }),
             layers: layers_found.iter().map(|found| read(found).layer()).collect(),
             placement,
             bufts_by_name,
@@ -460,6 +480,10 @@ impl ReadWeights<'_> {
             ffn_post_norm: self.weight(FfnPostNorm),
             attn_out_norm: self.weight(AttnOutNorm).zip(self.bias(AttnOutNorm)),
             layer_out_norm: self.weight(LayerOutNorm).zip(self.bias(LayerOutNorm)),
+            per_layer: self
+                .weight(PerLayerInpGate)
+                .map(|gate| (gate, self.required(PerLayerProj), self.required(PerLayerPostNorm))),
+            out_scale: self.weight(LayerOutScale),
         }
     }
 
@@ -469,8 +493,10 @@ impl ReadWeights<'_> {
             Some(wqkv) => QkvWeights::Fused { wqkv, bqkv: self.bias(AttnQkv) },
             None => QkvWeights::Separate {
                 wq: self.required(AttnQ),
-                wk: self.required(AttnK),
-                wv: self.required(AttnV),
+                // a Gemma 4 layer reading an earlier layer's cache may have no
+                // K or V (the graph projects Q only there); its V may be its K
+                wk: self.weight(AttnK).unwrap_or_else(|| self.required(AttnQ)),
+                wv: self.weight(AttnV).or(self.weight(AttnK)).unwrap_or_else(|| self.required(AttnQ)),
                 bq: self.bias(AttnQ),
                 bk: self.bias(AttnK),
                 bv: self.bias(AttnV),
@@ -606,6 +632,8 @@ impl ModelWeights {
                 ffn_post_norm: o(l.ffn_post_norm),
                 attn_out_norm: l.attn_out_norm.map(|(w, b)| (t(w), t(b))),
                 layer_out_norm: l.layer_out_norm.map(|(w, b)| (t(w), t(b))),
+                per_layer: l.per_layer.map(|(g, p, n)| (t(g), t(p), t(n))),
+                out_scale: o(l.out_scale),
             })
             .collect();
         ModelWeights {
@@ -625,6 +653,11 @@ impl ModelWeights {
             rope_freqs: self.rope_freqs,
             rope_long: self.rope_long,
             rope_short: self.rope_short,
+            per_layer_inputs: self.per_layer_inputs.as_ref().map(|p| PerLayerInputs {
+                tok_embd: t(p.tok_embd),
+                model_proj: t(p.model_proj),
+                proj_norm: t(p.proj_norm),
+            }),
             layers,
             placement: Vec::new(),
             bufts_by_name: self.bufts_by_name.clone(),
