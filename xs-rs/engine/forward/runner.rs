@@ -38,6 +38,9 @@ struct Variant<'a> {
 /// A model's forward pass on one backend. Shareable between threads of Rust
 /// (`Send + Sync`); mutable state lives in KvCache/ComputePool.
 pub struct Runner {
+    /// The layout of this session's caches, made once: comparing a cache
+    /// with it each step allocates nothing.
+    layout: std::sync::OnceLock<CacheLayout>,
     // Drop order: pools and weights before the backend, all before the model.
     // Empty while a call has the pool out (a generate callback may run
     // another forward on this session: it gets a pool of its own).
@@ -160,6 +163,7 @@ impl Runner {
         }
         let target = executor.target();
         Ok(Runner {
+            layout: std::sync::OnceLock::new(),
             default_pool: Mutex::new(None),
             profile: Mutex::new(Profile::default()),
             target,
@@ -345,7 +349,7 @@ impl Runner {
     }
 
     fn check_cache(&self, cache: &KvCache, n_new: usize) -> Result<()> {
-        if cache.layout() != &self.cache_layout() || cache.n_ctx() != self.n_ctx {
+        if cache.layout() != self.layout.get_or_init(|| self.cache_layout()) || cache.n_ctx() != self.n_ctx {
             return Err(Error::Argument(
                 "the KV cache was made by a session with another model or other settings".into(),
             ));
