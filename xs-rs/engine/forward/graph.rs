@@ -417,7 +417,7 @@ impl Builder<'_, '_> {
     /// RoPE of Q or K, or x unchanged for rows and layers without RoPE.
     fn rope(&self, x: Tensor, pos: Tensor, il: usize) -> Tensor {
         let hp = self.bp.hp;
-        let Some(mode) = self.bp.spec.rope.ggml_mode().filter(|_| hp.uses_rope(self.bp.spec, il)) else {
+        let Some(mode) = self.bp.spec.rope.ggml_mode().filter(|_| hp.uses_rope(il)) else {
             return x;
         };
         let r = self.bp.rope;
@@ -557,7 +557,7 @@ impl Builder<'_, '_> {
         name(q, "Qcur", Some(il));
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
-        let rotated = hp.uses_rope(spec, il);
+        let rotated = hp.uses_rope(il);
         let temperature_here = hp.attn_temperature.is_some_and(|t| !t.no_rope_layers_only || !rotated);
         if let (Some(temperature), true) = (self.attn_temp, temperature_here) {
             // Llama 4's temperature tuning: every layer after RoPE (llama.cpp's

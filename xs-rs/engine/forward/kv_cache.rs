@@ -298,7 +298,7 @@ impl KvCache {
     /// The bytes of layer `il`'s recurrent state (its convolution state,
     /// then its delta-rule state).
     pub fn layer_state_bytes(&self, il: usize) -> usize {
-        self.states[il].map_or(0, |s| s.nbytes())
+        self.layout.state_bytes(il)
     }
 
     /// Copies layer `il`'s recurrent state into `out` (as long as
@@ -326,7 +326,7 @@ impl KvCache {
 
     /// The bytes of all recurrent states (a checkpoint's size).
     pub fn state_bytes(&self) -> usize {
-        self.states.iter().flatten().map(LayerState::nbytes).sum()
+        (0..self.n_layer()).map(|il| self.layout.state_bytes(il)).sum()
     }
 
     /// Layer `il`'s convolution state ([conv_state_len, 1] f32).

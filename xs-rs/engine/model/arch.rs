@@ -1086,7 +1086,7 @@ impl HParams {
     }
 
     /// Whether layer `il` applies RoPE (its row may leave some layers out).
-    pub fn uses_rope(&self, _spec: &ArchSpec, il: usize) -> bool {
+    pub fn uses_rope(&self, il: usize) -> bool {
         self.no_rope_every.is_none_or(|n| (il + 1) % n != 0)
     }
 
