@@ -295,7 +295,8 @@ The version of ggml that Lugh is built with.
 
     print join(' ', Lugh::supported_architectures()), "\n";
     # llama qwen2 qwen2moe qwen3 qwen3moe phi3 gemma2 gemma3 gemma granite gpt2 falcon stablelm
-    # starcoder2 olmo2 smollm3 mistral3 qwen35 lfm2 qwen35moe gpt-oss llama4 gemma4 bert nomic-bert
+    # starcoder2 olmo2 smollm3 mistral3 qwen35 lfm2 qwen35moe gpt-oss llama4 gemma4 deepseek2
+    # bert nomic-bert
 
 The values of C<general.architecture> that L<Lugh::Inference> runs, in the
 order of the engine's architecture table. Mistral and Mixtral files say
@@ -307,7 +308,11 @@ attention); OpenAI's gpt-oss files say C<gpt-oss> (experts with biases and
 clamped SwiGLU, attention sinks, every other layer in a sliding window);
 Llama 4 files say C<llama4> (layers without RoPE, chunked attention,
 interleaved sigmoid-routed experts); Gemma 4's small models (E2B, E4B) say
-C<gemma4> (its mixture-of-experts variants croak, naming them). C<bert> and C<nomic-bert> are encoders (embedding models and
+C<gemma4> (its mixture-of-experts variants croak, naming them);
+DeepSeek-V2, V2-Lite and V3 files (and other models built on them) say
+C<deepseek2> (multi-head latent attention, whose cache holds one compressed
+latent per token; dense leading layers, then experts beside shared experts,
+routed by softmax or by biased sigmoid scores in groups). C<bert> and C<nomic-bert> are encoders (embedding models and
 rerankers: see L<Lugh::Inference/embed> and L<Lugh::Inference/rerank>): they
 have no next-token logits, and C<generate> croaks for them. Each is checked
 against llama.cpp on random-weight models (C<t/52_architectures.t>; the

@@ -17,8 +17,8 @@ use crate::engine::model::arch::{Activation, ArchSpec, HParams};
 use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, RopeFactors, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
-    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights, MoeWeights,
-    QkvWeights, ShortConvWeights,
+    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LatentQ, LatentWeights, LayerWeights, Mixer,
+    ModelWeights, MoeWeights, QkvWeights, ShortConvWeights,
 };
 use crate::engine::{Error, Result};
 use std::sync::Arc;
@@ -462,6 +462,74 @@ impl Builder<'_, '_> {
         pos: Tensor,
         il: usize,
     ) -> Tensor {
+        let g = self.g;
+        let (q, k, v, gate, kq_scale, v_mla) = match &w.qkv {
+            QkvWeights::Latent(lw) => {
+                let (q, k, v, kq_scale) = self.latent_qkv(x, lw, pos, il);
+                (q, k, v, None, kq_scale, Some(lw.v_b))
+            }
+            _ => {
+                let (q, k, v, gate, kq_scale) = self.qkv(x, w, pos, il);
+                (q, k, v, gate, kq_scale, None)
+            }
+        };
+        let kv_layer = self.bp.hp.kv_layer(il);
+        let own_kv = kv_layer == il;
+        // added together so that they are not reordered (as llama.cpp's build_attn)
+        g.expand(q);
+        if own_kv {
+            g.expand(v);
+            g.expand(k);
+        }
+
+        let mut out: Option<Tensor> = None;
+        let mut first = 0i64;
+        for (seg, inp) in segments.iter().zip(inputs) {
+            let ns = seg.n_tokens as i64;
+            let (qs, ks, vs) = if segments.len() == 1 {
+                (q, k, v)
+            } else {
+                (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
+            };
+            let (kc, vc, v_trans) = match seg.cache {
+                // an encoder's tokens see their own sequence only, nothing is cached
+                Some(_) if self.bp.spec.encoder => (ks, vs, false),
+                Some(cache) => {
+                    if own_kv {
+                        g.expand(cache.store_k(g, ks, inp.k_idxs, il));
+                        // (a latent attention's V is part of its K)
+                        if let Some(v_idxs) = inp.v_idxs {
+                            g.expand(cache.store_v(g, vs, v_idxs, il));
+                        }
+                    }
+                    let (kc, vc) = (cache.view_k(g, kv_layer, inp.n_kv), cache.view_v(g, kv_layer, inp.n_kv));
+                    (kc, vc, cache.layout().v_trans)
+                }
+                None => (ks, vs, false),
+            };
+            let mask = if self.bp.hp.is_swa(il) { inp.mask_swa } else { inp.mask };
+            let mask = mask.expect("the masks are made for the kinds of layer there are");
+            let heads = AttnHeads { sinks: w.sinks, v_mla };
+            let cur = self.attn_mha(qs, kc, vc, mask, heads, kq_scale, v_trans);
+            out = Some(match out {
+                None => cur,
+                Some(prev) => g.concat(prev, cur, 1),
+            });
+            first += ns;
+        }
+        let mut cur = out.expect("at least one segment");
+        name(cur, "kqv_out", Some(il));
+        if let Some(gate) = gate {
+            cur = g.mul(cur, g.sigmoid(gate));
+            name(cur, "attn_gated", Some(il));
+        }
+        self.linear(w.wo, w.bo, cur)
+    }
+
+    /// Q, K and V of one layer's attention from its projections, (Q/K
+    /// norms,) RoPE and temperature; a gated attention's gate; the kq scale.
+    #[allow(clippy::type_complexity)]
+    fn qkv(&self, x: Tensor, w: &AttnWeights, pos: Tensor, il: usize) -> (Tensor, Tensor, Tensor, Option<Tensor>, f32) {
         let (g, hp, spec) = (self.g, self.bp.hp, self.bp.spec);
         let n = self.n_tokens;
         let (hd_k, hd_v) = (hp.head_dim_k_of(il) as i64, hp.head_dim_v_of(il) as i64);
@@ -475,6 +543,7 @@ impl Builder<'_, '_> {
         let own_kv = kv_layer == il;
         let (mut q, mut k, v) = if !own_kv {
             let q = match w.qkv {
+                QkvWeights::Latent(_) => unreachable!("latent attention is built by latent_qkv"),
                 QkvWeights::Separate { wq, bq, .. } => self.linear(wq, bq, x),
                 QkvWeights::Fused { wqkv, bqkv } => {
                     let qkv = self.linear(wqkv, bqkv, x);
@@ -487,6 +556,7 @@ impl Builder<'_, '_> {
             // OLMo 2: Q and K normed over the whole projection, then split
             // into heads (llama.cpp's build_qkv without reshape)
             let (q2, k2, v2) = match w.qkv {
+                QkvWeights::Latent(_) => unreachable!("latent attention is built by latent_qkv"),
                 QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => {
                     (self.linear(wq, bq, x), self.linear(wk, bk, x), self.linear(wv, bv, x))
                 }
@@ -509,6 +579,7 @@ impl Builder<'_, '_> {
             )
         } else {
             match w.qkv {
+                QkvWeights::Latent(_) => unreachable!("latent attention is built by latent_qkv"),
                 QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
                     g.reshape_3d(self.linear(wq, bq, x), hd_q, n_head, n),
                     g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
@@ -558,13 +629,7 @@ impl Builder<'_, '_> {
         name(k, "Kcur", Some(il));
         name(v, "Vcur", Some(il));
         let rotated = hp.uses_rope(il);
-        let temperature_here = hp.attn_temperature.is_some_and(|t| !t.no_rope_layers_only || !rotated);
-        if let (Some(temperature), true) = (self.attn_temp, temperature_here) {
-            // Llama 4's temperature tuning: every layer after RoPE (llama.cpp's
-            // Mistral 3 graph), or the layers without RoPE instead of it (Llama 4)
-            q = g.mul(q, temperature);
-            name(q, "Qcur_attn_temp_scaled", Some(il));
-        }
+        q = self.temperature(q, il);
         if hp.qk_norm_after_rope && rotated {
             q = g.rms_norm(q, hp.norm_eps);
             k = g.rms_norm(k, hp.norm_eps);
@@ -577,51 +642,74 @@ impl Builder<'_, '_> {
         } else {
             hp.attention_scale
         };
-        // added together so that they are not reordered (as llama.cpp's build_attn)
-        g.expand(q);
-        if own_kv {
-            g.expand(v);
-            g.expand(k);
-        }
+        (q, k, v, gate, kq_scale)
+    }
 
-        let mut out: Option<Tensor> = None;
-        let mut first = 0i64;
-        for (seg, inp) in segments.iter().zip(inputs) {
-            let ns = seg.n_tokens as i64;
-            let (qs, ks, vs) = if segments.len() == 1 {
-                (q, k, v)
-            } else {
-                (rows_3d(g, q, first, ns), rows_3d(g, k, first, ns), rows_3d(g, v, first, ns))
-            };
-            let (kc, vc, v_trans) = match seg.cache {
-                // an encoder's tokens see their own sequence only, nothing is cached
-                Some(_) if spec.encoder => (ks, vs, false),
-                Some(cache) => {
-                    if own_kv {
-                        g.expand(cache.store_k(g, ks, inp.k_idxs, il));
-                        g.expand(cache.store_v(g, vs, inp.v_idxs, il));
-                    }
-                    let (kc, vc) = (cache.view_k(g, kv_layer, inp.n_kv), cache.view_v(g, kv_layer, inp.n_kv));
-                    (kc, vc, cache.layout().v_trans)
-                }
-                None => (ks, vs, false),
-            };
-            let mask = if hp.is_swa(il) { inp.mask_swa } else { inp.mask };
-            let mask = mask.expect("the masks are made for the kinds of layer there are");
-            let cur = self.attn_mha(qs, kc, vc, mask, w.sinks, kq_scale, v_trans);
-            out = Some(match out {
-                None => cur,
-                Some(prev) => g.concat(prev, cur, 1),
-            });
-            first += ns;
+    /// Llama 4's temperature tuning of Q where this layer has it: every
+    /// layer after RoPE (llama.cpp's Mistral 3 and DeepSeek-V2 graphs), or
+    /// the layers without RoPE instead of it (Llama 4).
+    fn temperature(&self, q: Tensor, il: usize) -> Tensor {
+        let hp = self.bp.hp;
+        let here = hp.attn_temperature.is_some_and(|t| !t.no_rope_layers_only || !hp.uses_rope(il));
+        match (self.attn_temp, here) {
+            (Some(temperature), true) => {
+                let q = self.g.mul(q, temperature);
+                name(q, "Qcur_attn_temp_scaled", Some(il));
+                q
+            }
+            _ => q,
         }
-        let mut cur = out.expect("at least one segment");
-        name(cur, "kqv_out", Some(il));
-        if let Some(gate) = gate {
-            cur = g.mul(cur, g.sigmoid(gate));
-            name(cur, "attn_gated", Some(il));
-        }
-        self.linear(w.wo, w.bo, cur)
+    }
+
+    /// Q, K and V of DeepSeek's latent attention (llama.cpp's deepseek2
+    /// graph with MLA): each head's query without RoPE absorbed into the
+    /// latent's space by `attn_k_b`, beside its RoPE part; K the normed
+    /// latent beside the shared RoPE part; V the latent. One KV head: the
+    /// heads' values are expanded by `attn_v_b` after the attention.
+    fn latent_qkv(&self, x: Tensor, w: &LatentWeights, pos: Tensor, il: usize) -> (Tensor, Tensor, Tensor, f32) {
+        let (g, hp) = (self.g, self.bp.hp);
+        let mla = hp.mla.expect("a latent attention's sizes are read with its weights");
+        let n = x.ne()[1];
+        let n_head = hp.n_head as i64;
+        let (head_q, n_rot, rank) = (mla.head_dim_q as i64, hp.n_rot as i64, mla.kv_rank as i64);
+        let nope = head_q - n_rot;
+        let q = match w.q {
+            LatentQ::LowRank { a, a_norm, b } => {
+                let q = self.norm(g.mul_mat(a, x), Some(a_norm), "q", Some(il));
+                g.mul_mat(b, q)
+            }
+            LatentQ::Full(wq) => g.mul_mat(wq, x),
+        };
+        let q = g.reshape_3d(q, head_q, n_head, n);
+        let kv_pe = g.mul_mat(w.kv_a, x); // [rank + n_rot, n]
+        name(kv_pe, "kv_cmpr_pe", Some(il));
+        let (ty, row) = (kv_pe.type_id(), kv_pe.nb()[1]);
+        let latent = g.view_2d(kv_pe, [rank, n], row, 0);
+        let k_pe = g.view_3d(kv_pe, [n_rot, 1, n], [row, row], row_size(ty, rank));
+        let k_pe = self.rope(k_pe, pos, il);
+        let latent = self.norm(latent, Some(w.kv_a_norm), "kv_cmpr", Some(il));
+        let (qt, qnb) = (q.type_id(), [q.nb()[1], q.nb()[2]]);
+        let q_nope = g.view_3d(q, [nope, n_head, n], qnb, 0);
+        let q_pe = g.view_3d(q, [n_rot, n_head, n], qnb, row_size(qt, nope));
+        let q_pe = self.rope(q_pe, pos, il);
+        // [nope, n, n_head] through each head's K expansion: [rank, n, n_head]
+        let absorbed = g.mul_mat(w.k_b, g.permute(q_nope, [0, 2, 1, 3]));
+        let absorbed = g.permute(absorbed, [0, 2, 1, 3]);
+        let q = g.concat(absorbed, q_pe, 0);
+        name(q, "Qcur", Some(il));
+        let latent = g.reshape_3d(latent, rank, 1, n);
+        let k = g.concat(latent, k_pe, 0);
+        name(k, "Kcur", Some(il));
+        name(latent, "Vcur", Some(il));
+        let q = self.temperature(q, il);
+        // YaRN's magnitude correction taken into the scale (llama.cpp's
+        // pre-scaled kq_scale for DeepSeek-V2)
+        let r = self.bp.rope;
+        let ln_factor = (1.0 / r.freq_scale).ln();
+        let attn_factor_org = r.attn_factor * (1.0 + 0.1 * ln_factor);
+        let mscale = attn_factor_org * (1.0 + 0.1 * hp.rope_yarn_log_mul * ln_factor);
+        let kq_scale = mscale * mscale / (head_q as f32).sqrt();
+        (q, k, latent, kq_scale)
     }
 
     /// An LFM2 short-convolution layer (llama.cpp's build_shortconv_block):
@@ -792,16 +880,18 @@ impl Builder<'_, '_> {
 
     /// Attention over the cache (llama.cpp's build_attn_mha, one stream).
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn attn_mha(
         &self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
         mask: Tensor,
-        sinks: Option<Tensor>,
+        heads: AttnHeads,
         kq_scale: f32,
         v_trans: bool,
     ) -> Tensor {
+        let AttnHeads { sinks, v_mla } = heads;
         let (g, hp) = (self.g, self.bp.hp);
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
@@ -825,6 +915,15 @@ impl Builder<'_, '_> {
             }
             g.flash_attn_set_n_kv_max(cur, 0);
             g.prec_f32(cur);
+            let cur = match v_mla {
+                // each head's values out of the latent, as one product per
+                // head with the tokens in dimension 1 (llama.cpp's order)
+                Some(v_b) => {
+                    let expanded = g.mul_mat(v_b, g.permute(cur, [0, 2, 1, 3]));
+                    g.cont(g.permute(expanded, [0, 2, 1, 3]))
+                }
+                None => cur,
+            };
             let ne = cur.ne();
             return g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3]);
         }
@@ -838,7 +937,11 @@ impl Builder<'_, '_> {
             g.add_sinks(kq, sinks, false);
         }
         let v = if v_trans { v } else { g.cont(g.transpose(v)) };
-        let kqv = g.mul_mat(v, kq);
+        let mut kqv = g.mul_mat(v, kq);
+        if let Some(v_b) = v_mla {
+            // each head's values out of the latent
+            kqv = g.mul_mat(v_b, kqv);
+        }
         let cur = g.permute(kqv, [0, 2, 1, 3]);
         let ne = cur.ne();
         g.cont_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
@@ -1000,31 +1103,37 @@ impl Builder<'_, '_> {
             logits = g.add(logits, bias);
         }
         let spec = self.bp.spec;
-        let probs = match spec.expert_gating {
+        let routing = hp.routing;
+        let probs = match routing.gating {
             ExpertGating::Softmax => g.soft_max(logits),
             ExpertGating::SoftmaxOfChosen => logits,
-            ExpertGating::SigmoidBeforeExpert => g.sigmoid(logits),
+            ExpertGating::Sigmoid | ExpertGating::SigmoidBeforeExpert => g.sigmoid(logits),
         };
-        // Llama 4 chooses by the logits themselves
-        let choose_by = if spec.expert_gating == ExpertGating::SigmoidBeforeExpert { logits } else { probs };
+        let choose_by = match (routing.gating, w.selection_bias) {
+            // Llama 4 chooses by the logits themselves
+            (ExpertGating::SigmoidBeforeExpert, _) => logits,
+            // DeepSeek-V3 biases the choice, not the weights
+            (_, Some(bias)) => g.add(probs, bias),
+            (_, None) => probs,
+        };
+        let choose_by = self.best_groups(choose_by, il);
         let selected = g.argsort_top_k(choose_by, n_used as i32); // [n_used, n]
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n), selected); // [1, n_used, n]
-        if spec.expert_gating == ExpertGating::SoftmaxOfChosen {
+        if routing.gating == ExpertGating::SoftmaxOfChosen {
             weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, n)), 1, n_used, n);
         }
-        let renormalize = match self.bp.spec.experts {
-            Experts::Always { renormalize, .. } => renormalize,
-            _ => true,
-        };
-        if renormalize {
+        if routing.normalize {
             let flat = g.reshape_2d(weights, n_used, n);
             // the smallest normal f16, as llama.cpp, against a zero sum
             let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
             weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n);
         }
+        if routing.scale != 0.0 && routing.scale != 1.0 {
+            weights = g.scale(weights, routing.scale);
+        }
         g.expand(weights);
 
-        let weight_before = spec.expert_gating == ExpertGating::SigmoidBeforeExpert;
+        let weight_before = routing.gating == ExpertGating::SigmoidBeforeExpert;
         let mut cur = g.reshape_3d(x, hp.n_embd as i64, 1, n);
         if weight_before {
             // each chosen expert's own copy of the row, weighted (llama.cpp's llama4 path)
@@ -1091,6 +1200,30 @@ impl Builder<'_, '_> {
             out = g.add(out, shared_out);
         }
         out
+    }
+
+    /// The experts' scores with every group but the best `n_groups_used`
+    /// masked out (-inf), a group scored by the sum of its two best
+    /// (DeepSeek-V3's group-limited routing); the scores as they are
+    /// without groups.
+    fn best_groups(&self, scores: Tensor, il: usize) -> Tensor {
+        let (g, routing) = (self.g, self.bp.hp.routing);
+        if routing.n_groups <= 1 {
+            return scores;
+        }
+        let (n_expert, n) = (scores.ne()[0], scores.ne()[1]);
+        let n_groups = routing.n_groups as i64;
+        let per_group = n_expert / n_groups;
+        let groups = g.reshape_3d(scores, per_group, n_groups, n); // [per_group, n_groups, n]
+        let best_two = g.argsort_top_k(groups, 2); // [2, n_groups, n]
+        let best_two = g.get_rows(g.reshape_4d(groups, [1, per_group, n_groups, n]), best_two); // [1, 2, n_groups, n]
+        let group_scores = g.sum_rows(g.reshape_3d(best_two, 2, n_groups, n)); // [1, n_groups, n]
+        let group_scores = g.reshape_2d(group_scores, n_groups, n);
+        let chosen = g.argsort_top_k(group_scores, routing.n_groups_used as i32); // [n_groups_used, n]
+        name(chosen, "ffn_moe_group_topk", Some(il));
+        let kept = g.get_rows(groups, chosen); // [per_group, n_groups_used, n]
+        let masked = g.set_rows(g.fill(groups, f32::NEG_INFINITY), kept, chosen);
+        g.reshape_2d(masked, n_expert, n)
     }
 
     /// The shared expert's weight per token from its gate's logit: ggml's
@@ -1178,6 +1311,14 @@ impl Builder<'_, '_> {
 }
 
 /// Tokens `first..first+n` of a contiguous [a, b, n_tokens] tensor.
+/// What attention adds to its heads: gpt-oss's sinks, and the expansion of
+/// a latent attention's values into each head's (`attn_v_b`).
+#[derive(Clone, Copy)]
+struct AttnHeads {
+    sinks: Option<Tensor>,
+    v_mla: Option<Tensor>,
+}
+
 fn rows_3d(g: &GraphCtx, t: Tensor, first: i64, n: i64) -> Tensor {
     let ne = t.ne();
     let nb = t.nb();

@@ -12,7 +12,8 @@ use crate::engine::model::arch::{AttnTemperature, HParams, Window};
 /// The input tensors of one segment.
 pub struct SegmentInputs {
     pub k_idxs: Tensor,
-    pub v_idxs: Tensor,
+    /// None where V is stored with K (a latent attention's cache).
+    pub v_idxs: Option<Tensor>,
     /// Causal mask over the segment's cache [n_kv, n_tokens] (when some
     /// layer is global: a graph input no op reads would get no memory).
     pub mask: Option<Tensor>,
@@ -82,7 +83,10 @@ impl GraphInputs {
                 };
                 SegmentInputs {
                     k_idxs: input(g, GGML_TYPE_I64, &[n], "attn_inp_k_idxs"),
-                    v_idxs: input(g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs"),
+                    v_idxs: match s.cache {
+                        Some(c) if c.layout().v_in_k => None,
+                        _ => Some(input(g, GGML_TYPE_I64, &[v_len], "attn_inp_v_idxs")),
+                    },
                     mask: has_global.then(|| input(g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask")),
                     mask_swa: has_swa.then(|| input(g, mask_type, &[n_kv as i64, n, 1, 1], "attn_inp_kq_mask_swa")),
                     n_kv,
@@ -125,8 +129,10 @@ impl GraphInputs {
             if !non_causal {
                 cache.k_idxs_into(toks.len(), idxs);
                 rt::tensor_set(inp.k_idxs, idxs);
-                cache.v_idxs_into(toks.len(), idxs);
-                rt::tensor_set(inp.v_idxs, idxs);
+                if let Some(v_idxs) = inp.v_idxs {
+                    cache.v_idxs_into(toks.len(), idxs);
+                    rt::tensor_set(v_idxs, idxs);
+                }
             }
             // the mask in its graph type: f16 with flash attention, else f32;
             // an encoder's sees the whole segment

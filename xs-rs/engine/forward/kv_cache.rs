@@ -31,6 +31,10 @@ pub struct CacheLayout {
     pub kv_size: usize,
     /// V is stored transposed (flash attention off).
     pub v_trans: bool,
+    /// V is the start of each K row, stored with it, not apart (latent
+    /// attention's cache: its K is the latent and the RoPE part, its V the
+    /// latent); never transposed then.
+    pub v_in_k: bool,
     /// The recurrent layers, if any: their state sizes and which they are.
     pub recurrent: Option<RecurrentLayout>,
     /// Layers from this one on keep no K/V (Gemma 4's shared-KV layers
@@ -118,12 +122,14 @@ impl CacheLayout {
     fn cell_ranges(&self, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
         let (width, by_channel) = match part {
             Part::K => (self.n_embd_k_gqa, false),
+            // nothing of its own: it is stored (and saved) with K
+            Part::V if self.v_in_k => (0, false),
             Part::V => (self.n_embd_v_gqa, self.v_trans),
         };
         let (count, stride, len) = if by_channel {
             (width, row_size(KV_TYPE, self.kv_size as i64), row_size(KV_TYPE, n as i64))
         } else {
-            (1, 0, row_size(KV_TYPE, width as i64) * n)
+            (usize::from(width > 0), 0, row_size(KV_TYPE, width as i64) * n)
         };
         (0..count).map(move |i| (i * stride, len))
     }
@@ -214,10 +220,12 @@ impl KvCache {
                 }
                 let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
                 kt.set_name(&format!("cache_k_l{il}"));
-                let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
-                vt.set_name(&format!("cache_v_l{il}"));
                 k[il] = Some(kt);
-                v[il] = Some(vt);
+                if !layout.v_in_k {
+                    let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+                    vt.set_name(&format!("cache_v_l{il}"));
+                    v[il] = Some(vt);
+                }
             }
             let buffer = Buffer::alloc_ctx_tensors(&ctx, buft).ok_or_else(|| {
                 Error::Ggml(format!("cannot allocate a KV cache of {} cells ({})", layout.kv_size, buft.name()))
@@ -423,10 +431,9 @@ impl KvCache {
     /// after cell, or with V transposed channel after channel.
     pub fn read_cells(&self, il: usize, part: Part, n: usize, out: &mut [u8]) {
         assert_eq!(out.len(), self.layout.cells_bytes(part, n), "read_cells: size");
-        let t = self.tensor(il, part);
         let mut at = 0;
         for (offset, len) in self.layout.cell_ranges(part, n) {
-            rt::tensor_read(t, offset, &mut out[at..at + len]);
+            rt::tensor_read(self.tensor(il, part), offset, &mut out[at..at + len]);
             at += len;
         }
     }
@@ -436,10 +443,9 @@ impl KvCache {
     /// with [`KvCache::advance`].
     pub fn write_cells(&mut self, il: usize, part: Part, n: usize, data: &[u8]) {
         assert_eq!(data.len(), self.layout.cells_bytes(part, n), "write_cells: size");
-        let t = self.tensor(il, part);
         let mut at = 0;
         for (offset, len) in self.layout.cell_ranges(part, n) {
-            rt::tensor_write(t, offset, &data[at..at + len]);
+            rt::tensor_write(self.tensor(il, part), offset, &data[at..at + len]);
             at += len;
         }
     }
@@ -535,7 +541,8 @@ impl KvCache {
     }
 
     /// Writes V of the new tokens, as `store_k`; with V transposed every
-    /// element is its own row (llama.cpp's cpy_v).
+    /// element is its own row (llama.cpp's cpy_v). Not where V is stored
+    /// with K (there is no V to write).
     pub fn store_v(&self, g: &GraphCtx, v_cur: Tensor, v_idxs: Tensor, il: usize) -> Tensor {
         let ne = v_cur.ne();
         let n_embd = ne[0] * ne[1];
@@ -582,6 +589,12 @@ impl KvCache {
     pub fn view_v(&self, g: &GraphCtx, il: usize, n_kv: usize) -> Tensor {
         let l = &self.layout;
         let h = l.heads(il);
+        if l.v_in_k {
+            // the start of each K row, with K's strides (llama.cpp's MLA view)
+            let k = self.view_k(g, il, n_kv);
+            let nb = k.nb();
+            return g.view_4d(k, [h.head_dim_v as i64, h.n_head_kv as i64, n_kv as i64, 1], [nb[1], nb[2], nb[3]], 0);
+        }
         let v = self.tensor(il, Part::V);
         let t = v.type_id();
         if !l.v_trans {

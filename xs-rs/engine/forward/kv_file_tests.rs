@@ -46,6 +46,7 @@ fn layout(v_trans: bool) -> CacheLayout {
         n_head_kv: 2,
         kv_size: 256,
         v_trans,
+        v_in_k: false,
         recurrent: None,
         layer_heads: Vec::new(),
         n_layer_kv: 2,

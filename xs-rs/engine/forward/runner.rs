@@ -271,7 +271,9 @@ impl Runner {
             n_head_kv: hp.n_head_kv,
             kv_size: n_ctx.div_ceil(crate::engine::forward::kv_cache::KV_PAD)
                 * crate::engine::forward::kv_cache::KV_PAD,
-            v_trans: !self.flash_attn,
+            // a latent attention's V is read from K's rows, by position
+            v_trans: !self.flash_attn && hp.mla.is_none(),
+            v_in_k: hp.mla.is_some(),
             recurrent: hp.has_recurrent().then(|| {
                 let (conv_len, ssm_len) = hp.recurrent_state_lens();
                 RecurrentLayout { conv_len, ssm_len, layers: hp.recurrent_layers.clone() }

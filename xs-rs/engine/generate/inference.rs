@@ -92,6 +92,7 @@ impl CacheHandle {
             n_head_kv: shape.n_head_kv,
             kv_size: shape.n_ctx.div_ceil(KV_PAD) * KV_PAD,
             v_trans: true,
+            v_in_k: false,
             recurrent: None,
             layer_heads: Vec::new(),
             n_layer_kv: shape.n_layer,

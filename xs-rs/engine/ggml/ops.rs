@@ -52,6 +52,7 @@ extern "C" {
     fn ggml_add(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
     fn ggml_scale_bias(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32, b: f32) -> *mut ggml_tensor;
+    fn ggml_fill(ctx: *mut ggml_context, a: *mut ggml_tensor, c: f32) -> *mut ggml_tensor;
     fn ggml_tanh(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_silu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
     fn ggml_gelu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -687,6 +688,11 @@ impl Ctx {
     pub fn scale(&self, a: Tensor, s: f32) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_scale(self.c(), a.0, s) })
+    }
+    /// A tensor shaped as `a` with every element `c`.
+    pub fn fill(&self, a: Tensor, c: f32) -> Tensor {
+        // SAFETY: see the note above.
+        Tensor(unsafe { ggml_fill(self.c(), a.0, c) })
     }
     /// a·s + b (its gradient is s times the output's, as ggml's backward has it).
     pub fn scale_bias(&self, a: Tensor, s: f32, b: f32) -> Tensor {

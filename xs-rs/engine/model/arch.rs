@@ -111,6 +111,8 @@ pub enum Recurrent {
 pub enum ExpertGating {
     /// The softmax over every expert's logit, read at the chosen ones.
     Softmax,
+    /// Each expert's sigmoid(logit), read at the chosen ones (DeepSeek-V3).
+    Sigmoid,
     /// The top-k logits, then the softmax over those (gpt-oss).
     SoftmaxOfChosen,
     /// The top-k logits, each chosen expert weighted by sigmoid(logit),
@@ -220,12 +222,11 @@ pub struct ArchSpec {
     pub no_rope_every: Option<usize>,
     /// Llama 4's attention temperature, where the file gives
     /// `attention.temperature_scale`: Q is multiplied by 1 + scale ·
-    /// ln(⌊pos / n_ctx_orig⌋ + 1) after RoPE (Mistral 3).
-    pub attn_temperature: bool,
-    /// YaRN's `rope.scaling.yarn_beta_fast`, `yarn_beta_slow` and
-    /// `yarn_log_multiplier` are read from the file (Mistral 3); else 32, 1
-    /// and none.
-    pub yarn_keys: bool,
+    /// ln(⌊pos / floor⌋ + 1) after RoPE (Mistral 3, DeepSeek-V2's
+    /// Mistral-Large-3); which positions a step of the logarithm spans.
+    pub attn_temperature: TemperatureFloor,
+    /// Which of YaRN's keys are read from the file.
+    pub yarn_keys: YarnKeys,
     /// The token mixer of the layers that do not attend.
     pub recurrent: Recurrent,
     /// Q's projection holds, per head, the query and then a gate; the
@@ -275,6 +276,49 @@ pub struct ArchSpec {
     /// earlier layer of their kind, V RMS-normed without a weight, an
     /// attention scale of 1, and `layer_output_scale` on each layer's output.
     pub gemma4_layers: bool,
+    /// DeepSeek's multi-head latent attention: Q through a low-rank
+    /// projection (`attn_q_a`, its norm, `attn_q_b`; or one `attn_q`), K
+    /// and V compressed into one latent per token (`attn_kv_a_mqa`, its
+    /// norm) plus a shared RoPE part; the cache holds only those, and each
+    /// head's keys and values are absorbed into Q (`attn_k_b`) and the
+    /// output (`attn_v_b`).
+    pub latent_attention: bool,
+    /// The shared expert's output is weighted by its own gate
+    /// (`ffn_gate_inp_shexp`); Llama 4's and DeepSeek's are not.
+    pub shared_expert_gated: bool,
+    /// The routing is read from the file (DeepSeek): the gating function
+    /// (`expert_gating_func`), whether and how the chosen weights are
+    /// normalised and scaled (`expert_weights_norm`, `expert_weights_scale`),
+    /// a selection bias (`exp_probs_b`), expert groups
+    /// (`expert_group_count`, `expert_group_used_count`), dense leading
+    /// layers (`leading_dense_block_count`) and the shared experts' count
+    /// (`expert_shared_count`, each as wide as an expert).
+    pub routing_keys: bool,
+}
+
+/// Which of YaRN's keys an architecture reads from the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YarnKeys {
+    /// None: ramp ends 32 and 1, no log multiplier.
+    None,
+    /// `rope.scaling.yarn_beta_fast`, `yarn_beta_slow` and
+    /// `yarn_log_multiplier` (Mistral 3).
+    All,
+    /// `yarn_log_multiplier` only, written by the converter as a tenth of
+    /// mscale_all_dim (which it stands for: DeepSeek-V2's magnitude
+    /// correction is then mscale_all_dim's on both sides, as llama.cpp's).
+    LogMulTenths,
+}
+
+/// How many positions one step of the attention temperature's logarithm spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemperatureFloor {
+    /// No temperature.
+    None,
+    /// The original context (Mistral 3).
+    OriginalContext,
+    /// `attention.temperature_length` (DeepSeek-V2's loader).
+    LengthKey,
 }
 
 /// LLaMA and the base the other rows change.
@@ -304,8 +348,8 @@ const LLAMA: ArchSpec = ArchSpec {
     granite_scales: false,
     output: OutputWeight::OwnOrEmbd,
     no_rope_every: None,
-    attn_temperature: false,
-    yarn_keys: false,
+    attn_temperature: TemperatureFloor::None,
+    yarn_keys: YarnKeys::None,
     recurrent: Recurrent::None,
     gated_attention: false,
     ffn_norm_is_post_attention: false,
@@ -319,6 +363,9 @@ const LLAMA: ArchSpec = ArchSpec {
     llama4: false,
     outputs_after_norm: false,
     gemma4_layers: false,
+    latent_attention: false,
+    shared_expert_gated: true,
+    routing_keys: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -468,7 +515,12 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         no_rope_every: Some(4),
         ..LLAMA
     },
-    ArchSpec { name: "mistral3", attn_temperature: true, yarn_keys: true, ..LLAMA },
+    ArchSpec {
+        name: "mistral3",
+        attn_temperature: TemperatureFloor::OriginalContext,
+        yarn_keys: YarnKeys::All,
+        ..LLAMA
+    },
     QWEN35,
     ArchSpec {
         name: "lfm2",
@@ -515,6 +567,7 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         swa_rope: SwaRope::Global,
         no_rope_every: Some(4),
         llama4: true,
+        shared_expert_gated: false,
         ..LLAMA
     },
     ArchSpec {
@@ -528,6 +581,18 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         outputs_after_norm: true,
         gemma4_layers: true,
         ..GEMMA3
+    },
+    ArchSpec {
+        name: "deepseek2",
+        out_bias: false,
+        experts: Experts::Always { renormalize: false, shared: true },
+        rope_factors: RopeFactors::None,
+        yarn_keys: YarnKeys::LogMulTenths,
+        attn_temperature: TemperatureFloor::LengthKey,
+        latent_attention: true,
+        shared_expert_gated: false,
+        routing_keys: true,
+        ..LLAMA
     },
     BERT,
     // fused QKV, NEOX RoPE instead of learned positions, SwiGLU (llama.cpp's bert graph)
@@ -574,6 +639,8 @@ impl ArchSpec {
             Some("its experts weighted before they run")
         } else if self.gemma4_layers {
             Some("its shared-KV layers, which read another layer's cache")
+        } else if self.routing_keys {
+            Some("its expert routing (selection bias, groups, sigmoid gating)")
         } else {
             None
         }
@@ -680,6 +747,46 @@ pub struct HParams {
     pub n_cls_out: usize,
     /// Every token attends over its whole sequence (an encoder).
     pub non_causal: bool,
+    /// The sizes of DeepSeek's latent attention (None without it).
+    pub mla: Option<LatentDims>,
+    /// How a mixture of experts chooses and weighs its experts.
+    pub routing: Routing,
+    /// The first layers' FFN is dense (DeepSeek's `leading_dense_block_count`).
+    pub n_layer_dense_lead: usize,
+    /// YaRN's magnitude correction is mscale_all_dim's on both sides
+    /// (DeepSeek-V2, see YarnKeys::LogMulTenths).
+    pub yarn_log_mul_both_sides: bool,
+}
+
+/// The sizes of multi-head latent attention (llama.cpp's n_lora_q,
+/// n_lora_kv, n_embd_head_k_mla and n_embd_head_v_mla). The cache's K head
+/// is then the latent and the RoPE part (`attention.key_length`), its V the
+/// latent (`attention.value_length`), one KV head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatentDims {
+    /// The rank of Q's projection (0: one `attn_q`).
+    pub q_rank: usize,
+    /// The width of the compressed K/V latent.
+    pub kv_rank: usize,
+    /// A query head's width (without RoPE, then the RoPE part), and an
+    /// output head's width.
+    pub head_dim_q: usize,
+    pub head_dim_out: usize,
+}
+
+/// How a mixture of experts chooses and weighs its experts (llama.cpp's
+/// build_moe_ffn arguments).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Routing {
+    pub gating: ExpertGating,
+    /// The chosen experts' weights are divided by their sum.
+    pub normalize: bool,
+    /// The weights are multiplied by this (0 or 1: not scaled).
+    pub scale: f32,
+    /// Experts in groups: only the best `n_groups_used` groups (by the sum
+    /// of each group's two best scores) are chosen from (0 or 1: no groups).
+    pub n_groups: usize,
+    pub n_groups_used: usize,
 }
 
 /// Sizes that may differ between layers (Gemma 4's sliding-window and
@@ -906,17 +1013,31 @@ impl HParams {
             if spec.granite_scales { keys.granite_scales()? } else { (0.0, 0.0, 1.0) };
         let (n_expert, n_expert_used, n_ff_exp, n_ff_shexp) = keys.experts(spec.experts, n_ff)?;
         let yarn_key = |key: &str, default: f32| {
-            if spec.yarn_keys {
+            if spec.yarn_keys == YarnKeys::All {
                 keys.float(key).map_or(default, |v| v as f32)
             } else {
                 default
             }
         };
-        let attn_temp_scale =
-            if spec.attn_temperature { keys.float("attention.temperature_scale").unwrap_or(0.0) as f32 } else { 0.0 };
+        let rope_yarn_log_mul = match spec.yarn_keys {
+            YarnKeys::None => 0.0,
+            YarnKeys::All => yarn_key("rope.scaling.yarn_log_multiplier", 0.0),
+            // the converter's tenth taken back, in f32 as llama.cpp
+            YarnKeys::LogMulTenths => keys.float("rope.scaling.yarn_log_multiplier").map_or(0.0, |v| v as f32 / 0.1),
+        };
+        let attn_temp_scale = match spec.attn_temperature {
+            TemperatureFloor::None => 0.0,
+            _ => keys.float("attention.temperature_scale").unwrap_or(0.0) as f32,
+        };
+        let temperature_floor = match spec.attn_temperature {
+            TemperatureFloor::LengthKey if attn_temp_scale != 0.0 => {
+                keys.positive(keys.int("attention.temperature_length"), "attention.temperature_length")?
+            }
+            _ => n_ctx_orig_yarn,
+        };
         let mut attn_temperature = (attn_temp_scale != 0.0).then_some(AttnTemperature {
             scale: attn_temp_scale,
-            floor: n_ctx_orig_yarn,
+            floor: temperature_floor,
             offset: 0.0,
             no_rope_layers_only: false,
         });
@@ -981,6 +1102,27 @@ impl HParams {
             n_ff_shexp = n_ff_exp;
         }
         let qk_norm_after_rope = spec.qk_norm == QkNorm::WeightlessAfterRope && n_expert != 128;
+        let mla = if spec.latent_attention {
+            Some(keys.latent_dims(head_dim_k, head_dim_v, n_head_kv, n_rot)?)
+        } else {
+            None
+        };
+        let mut routing = Routing {
+            gating: spec.expert_gating,
+            normalize: match spec.experts {
+                Experts::Always { renormalize, .. } => renormalize,
+                _ => true,
+            },
+            scale: 0.0,
+            n_groups: 0,
+            n_groups_used: 0,
+        };
+        let mut n_layer_dense_lead = 0;
+        if spec.routing_keys && n_expert > 0 {
+            routing = keys.routing(n_expert, n_expert_used)?;
+            n_layer_dense_lead = keys.count("leading_dense_block_count").min(n_layer);
+            n_ff_shexp = n_ff_exp * keys.count("expert_shared_count");
+        }
         Ok(HParams {
             n_vocab,
             n_ctx_train,
@@ -1016,7 +1158,7 @@ impl HParams {
             n_ff_shexp,
             yarn_beta_fast: yarn_key("rope.scaling.yarn_beta_fast", 32.0),
             yarn_beta_slow: yarn_key("rope.scaling.yarn_beta_slow", 1.0),
-            rope_yarn_log_mul: yarn_key("rope.scaling.yarn_log_multiplier", 0.0),
+            rope_yarn_log_mul,
             attn_temperature,
             rope_sections,
             delta_net,
@@ -1029,6 +1171,10 @@ impl HParams {
             n_token_types,
             n_cls_out,
             non_causal: spec.encoder,
+            mla,
+            routing,
+            n_layer_dense_lead,
+            yarn_log_mul_both_sides: spec.yarn_keys == YarnKeys::LogMulTenths,
         })
     }
 
@@ -1101,7 +1247,7 @@ impl HParams {
 
     /// Whether layer `il`'s feed-forward block is a mixture of experts.
     pub fn is_moe_layer(&self, il: usize) -> bool {
-        self.n_expert > 0 && self.moe_every.is_none_or(|n| n > 0 && (il + 1) % n == 0)
+        self.n_expert > 0 && il >= self.n_layer_dense_lead && self.moe_every.is_none_or(|n| n > 0 && (il + 1) % n == 0)
     }
 }
 
@@ -1373,6 +1519,78 @@ impl ArchKeys<'_> {
             }
         }
         Ok((n_expert, n_expert_used, n_ff_exp, n_ff_shexp))
+    }
+
+    /// DeepSeek's latent attention sizes; the cache's heads (`key_length`,
+    /// `value_length`, one KV head) must be the latent's.
+    fn latent_dims(&self, head_dim_k: usize, head_dim_v: usize, n_head_kv: usize, n_rot: usize) -> Result<LatentDims> {
+        let kv_rank = self.positive(self.int("attention.kv_lora_rank"), "attention.kv_lora_rank")?;
+        let (Some(q), Some(out)) = (self.int("attention.key_length_mla"), self.int("attention.value_length_mla"))
+        else {
+            return Err(Error::Invalid {
+                path: self.model.path().clone(),
+                what: format!(
+                    "this {} file has no {0}.attention.key_length_mla / value_length_mla: it predates the split \
+                     attn_k_b / attn_v_b tensors of latent attention (convert it again with a current llama.cpp)",
+                    self.arch
+                ),
+            });
+        };
+        let dims = LatentDims {
+            q_rank: self.count("attention.q_lora_rank"),
+            kv_rank,
+            head_dim_q: self.positive(Some(q), "attention.key_length_mla")?,
+            head_dim_out: self.positive(Some(out), "attention.value_length_mla")?,
+        };
+        if head_dim_k != kv_rank + n_rot || head_dim_v != kv_rank || n_head_kv != 1 || dims.head_dim_q <= n_rot {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{} latent attention: key_length {head_dim_k} must be kv_lora_rank {kv_rank} + rope.dimension_count \
+                     {n_rot}, value_length {head_dim_v} the rank, head_count_kv {n_head_kv} 1, and key_length_mla {} \
+                     wider than the RoPE part",
+                    self.arch, dims.head_dim_q
+                ),
+            });
+        }
+        Ok(dims)
+    }
+
+    /// DeepSeek's routing keys (llama.cpp's deepseek2 loader).
+    fn routing(&self, n_expert: usize, n_expert_used: usize) -> Result<Routing> {
+        let gating = match self.int("expert_gating_func").unwrap_or(0) {
+            // older DeepSeek-V2 files have none: softmax
+            0 | 1 => ExpertGating::Softmax,
+            2 => ExpertGating::Sigmoid,
+            3 => ExpertGating::SoftmaxOfChosen,
+            other => return Err(Error::Invalid {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{}.expert_gating_func {other} is not supported (1 softmax, 2 sigmoid, 3 softmax of the chosen)",
+                    self.arch
+                ),
+            }),
+        };
+        let normalize = self.model.gguf.arch_value("expert_weights_norm").and_then(|v| v.as_bool()).unwrap_or(false);
+        let scale = self.float("expert_weights_scale").unwrap_or(0.0) as f32;
+        let (n_groups, n_groups_used) = (self.count("expert_group_count"), self.count("expert_group_used_count"));
+        if n_groups > 1
+            && (n_expert % n_groups != 0
+                || n_groups_used == 0
+                || n_groups_used >= n_groups
+                || n_expert / n_groups < 2
+                || n_groups_used * (n_expert / n_groups) < n_expert_used)
+        {
+            return Err(Error::Corrupt {
+                path: self.model.path().clone(),
+                what: format!(
+                    "{0}.expert_group_count {n_groups} / expert_group_used_count {n_groups_used} do not fit \
+                     {n_expert} experts of which {n_expert_used} are used",
+                    self.arch
+                ),
+            });
+        }
+        Ok(Routing { gating, normalize, scale, n_groups, n_groups_used })
     }
 }
 

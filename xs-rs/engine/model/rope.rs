@@ -211,8 +211,11 @@ impl RopeSettings {
             let mscale = |m: f32| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
             if hp.rope_yarn_log_mul != 0.0 {
                 // the magnitude correction relative to mscale_all_dim's, in
-                // llama.cpp's order of operations
-                attn_factor *= mscale(1.0) / mscale(hp.rope_yarn_log_mul) * (1.0 / (1.0 + 0.1 * factor.ln()));
+                // llama.cpp's order of operations (DeepSeek-V2's mscale is
+                // mscale_all_dim itself)
+                let log_mul = hp.rope_yarn_log_mul;
+                let own = if hp.yarn_log_mul_both_sides && log_mul != 1.0 { log_mul } else { 1.0 };
+                attn_factor *= mscale(own) / mscale(log_mul) * (1.0 / (1.0 + 0.1 * factor.ln()));
             } else {
                 attn_factor *= mscale(1.0) / (1.0 + 0.1 * factor.ln());
             }

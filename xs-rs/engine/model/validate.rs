@@ -228,7 +228,7 @@ pub fn vocab_size(model: &Model, hp: &HParams) -> Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::engine::model::arch::spec_for;
+    use crate::engine::model::arch::{spec_for, ExpertGating, Routing};
 
     /// Hyperparameters of a small llama-like model, for tests elsewhere.
     pub(crate) fn sample_hparams() -> HParams {
@@ -285,6 +285,16 @@ pub(crate) mod tests {
             n_token_types: 0,
             n_cls_out: 1,
             non_causal: false,
+            mla: None,
+            routing: Routing {
+                gating: ExpertGating::Softmax,
+                normalize: true,
+                scale: 0.0,
+                n_groups: 0,
+                n_groups_used: 0,
+            },
+            n_layer_dense_lead: 0,
+            yarn_log_mul_both_sides: false,
         }
     }
 

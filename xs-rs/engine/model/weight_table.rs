@@ -80,6 +80,18 @@ pub enum TensorKind {
     PerLayerPostNorm,
     /// Gemma 4: one factor on each layer's output.
     LayerOutScale,
+    /// Latent attention (DeepSeek): Q's low-rank projection and its norm,
+    /// the compressed K/V latent with the RoPE part and the latent's norm,
+    /// and each head's K and V expansions of the latent.
+    AttnQA,
+    AttnQANorm,
+    AttnQB,
+    AttnKvAMqa,
+    AttnKvANorm,
+    AttnKB,
+    AttnVB,
+    /// The experts' selection bias (DeepSeek-V3).
+    FfnExpProbsB,
 }
 
 /// The block of a layer a weight belongs to: a recurrent layer reads no
@@ -152,15 +164,22 @@ impl TensorKind {
             PerLayerProj => "proj",
             PerLayerPostNorm => "post_norm",
             LayerOutScale => "layer_output_scale",
+            AttnQA => "attn_q_a",
+            AttnQANorm => "attn_q_a_norm",
+            AttnQB => "attn_q_b",
+            AttnKvAMqa => "attn_kv_a_mqa",
+            AttnKvANorm => "attn_kv_a_norm",
+            AttnKB => "attn_k_b",
+            AttnVB => "attn_v_b",
+            FfnExpProbsB => "exp_probs_b",
         }
     }
 
     fn block(self) -> Block {
         use TensorKind::*;
         match self {
-            AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm | AttnSinks => {
-                Block::Attention
-            }
+            AttnQkv | AttnQ | AttnK | AttnV | AttnOut | AttnNorm2 | AttnQNorm | AttnKNorm | AttnSinks | AttnQA
+            | AttnQANorm | AttnQB | AttnKvAMqa | AttnKvANorm | AttnKB | AttnVB => Block::Attention,
             DeltaQkv | DeltaGate | SsmConv1d | SsmDt | SsmA | SsmBeta | SsmAlpha | SsmNorm | SsmOut
             | ShortConvKernel | ShortConvIn | ShortConvOut => Block::Recurrent,
             _ => Block::Any,
@@ -278,6 +297,13 @@ pub enum Dim {
     /// An encoder's token types and classifier outputs.
     TokenTypes,
     ClsOut,
+    /// Latent attention: Q's rank, the K/V latent's, the latent with the
+    /// RoPE part, a query head's part without RoPE, an output head.
+    QRank,
+    KvRank,
+    KvRankRope,
+    QkNope,
+    HeadDimOut,
     /// Gemma 4: one layer's per-layer input width, and all layers' together.
     EmbdPerLayer,
     EmbdPerLayerAll,
@@ -294,7 +320,10 @@ impl Dim {
             None => (hp.head_dim_k, hp.head_dim_v, hp.n_head_kv, hp.n_ff),
         };
         // a gated attention's Q projection holds a gate beside each head
-        let q = (hp.n_head * head_dim_k) as i64 * if spec.gated_attention { 2 } else { 1 };
+        // (a latent attention's query and output heads are its own)
+        let head_dim_q = hp.mla.map_or(head_dim_k, |m| m.head_dim_q);
+        let head_dim_out = hp.mla.map_or(head_dim_v, |m| m.head_dim_out);
+        let q = (hp.n_head * head_dim_q) as i64 * if spec.gated_attention { 2 } else { 1 };
         let k = (head_dim_k * n_head_kv) as i64;
         let v = (head_dim_v * n_head_kv) as i64;
         let delta = hp.delta_net.as_ref();
@@ -309,7 +338,7 @@ impl Dim {
             Dim::KWidth => k,
             Dim::VWidth => v,
             Dim::QkvWidth => q + k + v,
-            Dim::AttnOutWidth => (hp.n_head * head_dim_v) as i64,
+            Dim::AttnOutWidth => (hp.n_head * head_dim_out) as i64,
             Dim::HeadDimK => head_dim_k as i64,
             Dim::Heads => hp.n_head as i64,
             Dim::KvHeads => n_head_kv as i64,
@@ -327,6 +356,11 @@ impl Dim {
             Dim::EmbdThrice => 3 * hp.n_embd as i64,
             Dim::TokenTypes => hp.n_token_types as i64,
             Dim::ClsOut => hp.n_cls_out as i64,
+            Dim::QRank => hp.mla.map_or(0, |m| m.q_rank as i64),
+            Dim::KvRank => hp.mla.map_or(0, |m| m.kv_rank as i64),
+            Dim::KvRankRope => hp.mla.map_or(0, |m| (m.kv_rank + hp.n_rot) as i64),
+            Dim::QkNope => hp.mla.map_or(0, |m| (m.head_dim_q - hp.n_rot) as i64),
+            Dim::HeadDimOut => head_dim_out as i64,
             Dim::EmbdPerLayer => hp.per_layer.n_embd_per_layer as i64,
             Dim::EmbdPerLayerAll => (hp.per_layer.n_embd_per_layer * hp.n_layer) as i64,
             Dim::One => 1,
@@ -426,7 +460,15 @@ impl Conditions<'_> {
     }
 
     fn separate_qkv(&self, need: Need) -> Need {
-        Need::when(!self.found.has(TensorKind::AttnQkv), need)
+        Need::when(!self.found.has(TensorKind::AttnQkv) && !self.spec.latent_attention, need)
+    }
+
+    /// A latent attention's weights; `low_rank_q`: those of Q's low-rank
+    /// projection (Some(true)), of its one projection (Some(false)), or
+    /// neither (None).
+    fn latent(&self, low_rank_q: Option<bool>) -> Need {
+        let q_rank = self.hp.mla.map_or(0, |m| m.q_rank);
+        Need::when(self.spec.latent_attention && low_rank_q.is_none_or(|low| low == (q_rank > 0)), Required)
     }
 
     fn rope_freqs(&self) -> bool {
@@ -562,8 +604,17 @@ pub const WEIGHTS: &[WeightRow] = &[
     }),
     // llama.cpp's create_tensor_qkv: a fused attn_qkv if the file has one,
     // else the three projections; biases optional either way
-    row(K::AttnQkv, Weight, Layer, &[Embd, QkvWidth], MulMat, |_| Optional),
+    row(K::AttnQkv, Weight, Layer, &[Embd, QkvWidth], MulMat, |c| Need::when(!c.spec.latent_attention, Optional)),
     row(K::AttnQkv, Bias, Layer, &[QkvWidth], Add, |c| Need::when(c.found.has(K::AttnQkv), Optional)),
+    // DeepSeek's latent attention: Q through a low-rank pair, or one attn_q
+    row(K::AttnQANorm, Weight, Layer, &[QRank], Mul, |c| c.latent(Some(true))),
+    row(K::AttnKvANorm, Weight, Layer, &[KvRank], Mul, |c| c.latent(None)),
+    row(K::AttnQA, Weight, Layer, &[Embd, QRank], MulMat, |c| c.latent(Some(true))),
+    row(K::AttnQB, Weight, Layer, &[QRank, QWidth], MulMat, |c| c.latent(Some(true))),
+    row(K::AttnQ, Weight, Layer, &[Embd, QWidth], MulMat, |c| c.latent(Some(false))),
+    row(K::AttnKvAMqa, Weight, Layer, &[Embd, KvRankRope], MulMat, |c| c.latent(None)),
+    row(K::AttnKB, Weight, Layer, &[QkNope, KvRank, Heads], MulMat, |c| c.latent(None)),
+    row(K::AttnVB, Weight, Layer, &[KvRank, HeadDimOut, Heads], MulMat, |c| c.latent(None)),
     row(K::AttnQ, Weight, Layer, &[Embd, QWidth], MulMat, |c| c.separate_qkv(Required)),
     row(K::AttnK, Weight, Layer, &[Embd, KWidth], MulMat, |c| c.separate_qkv(c.kv_need(Required))),
     // Gemma 4's V may be its K projection (no attn_v)
@@ -574,11 +625,16 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::AttnK, Bias, Layer, &[KWidth], Add, |c| c.separate_qkv(Optional)),
     row(K::AttnV, Bias, Layer, &[VWidth], Add, |c| c.separate_qkv(Optional)),
     // Llama 4's shared expert has no gate of its own
-    row(K::FfnGateInpShexp, Weight, Layer, &[Embd], MulMat, |c| Need::when(!c.spec.llama4, shared_expert(c))),
+    row(K::FfnGateInpShexp, Weight, Layer, &[Embd], MulMat, |c| {
+        Need::when(c.spec.shared_expert_gated, shared_expert(c))
+    }),
     row(K::FfnGateShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
     row(K::FfnUpShexp, Weight, Layer, &[Embd, FfShexp], MulMat, shared_expert),
     row(K::FfnDownShexp, Weight, Layer, &[FfShexp, Embd], MulMat, shared_expert),
     row(K::FfnGateInp, Weight, Layer, &[Embd, ExpertCount], MulMat, |c| Need::when(c.experts(), Required)),
+    row(K::FfnExpProbsB, Bias, Layer, &[ExpertCount], Add, |c| {
+        Need::when(c.experts() && c.spec.routing_keys, Optional)
+    }),
     // llama.cpp's create_tensor_gate_up_exps: the fused pair if the file has it
     row(K::FfnGateUpExps, Weight, Layer, &[Embd, FfExpTwice, ExpertCount], MulMatId, |c| {
         Need::when(c.experts(), Optional)

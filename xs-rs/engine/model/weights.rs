@@ -34,6 +34,28 @@ pub enum QkvWeights {
         wqkv: Tensor, // [n_embd, q + k + v]
         bqkv: Option<Tensor>,
     },
+    /// DeepSeek's latent attention.
+    Latent(LatentWeights),
+}
+
+/// The projections of multi-head latent attention (shapes in llama.cpp's
+/// names: q_rank, kv_rank, the query head without and with RoPE).
+#[derive(Clone, Copy)]
+pub struct LatentWeights {
+    pub q: LatentQ,
+    pub kv_a: Tensor,      // [n_embd, kv_rank + n_rot]: the latent, then the RoPE part
+    pub kv_a_norm: Tensor, // [kv_rank]
+    pub k_b: Tensor,       // [qk_nope, kv_rank, n_head]
+    pub v_b: Tensor,       // [kv_rank, head_dim_out, n_head]
+}
+
+/// A latent attention's query projection.
+#[derive(Clone, Copy)]
+pub enum LatentQ {
+    /// attn_q_a [n_embd, q_rank], its norm, attn_q_b [q_rank, n_head * head_dim_q].
+    LowRank { a: Tensor, a_norm: Tensor, b: Tensor },
+    /// attn_q [n_embd, n_head * head_dim_q] (DeepSeek-V2-Lite).
+    Full(Tensor),
 }
 
 /// Attention weights of one layer (ggml shapes: ne0 first).
@@ -107,6 +129,9 @@ pub struct MoeWeights {
     pub shared: Option<(Option<Tensor>, FfnWeights)>, // ([n_embd], [n_embd, n_ff_shexp] ...)
     /// The router's and every expert's biases (gpt-oss).
     pub biases: Option<ExpertBiases>,
+    /// A bias of each expert's score when choosing them, not when
+    /// weighing them (DeepSeek-V3's `exp_probs_b`) [n_expert].
+    pub selection_bias: Option<Tensor>,
 }
 
 /// gpt-oss's biases of a mixture of experts.
@@ -489,7 +514,20 @@ impl ReadWeights<'_> {
 
     fn attention(&self) -> AttnWeights {
         use TensorKind::*;
+        let latent = self.weight(AttnKvAMqa).map(|kv_a| {
+            QkvWeights::Latent(LatentWeights {
+                q: match self.weight(AttnQA) {
+                    Some(a) => LatentQ::LowRank { a, a_norm: self.required(AttnQANorm), b: self.required(AttnQB) },
+                    None => LatentQ::Full(self.required(AttnQ)),
+                },
+                kv_a,
+                kv_a_norm: self.required(AttnKvANorm),
+                k_b: self.required(AttnKB),
+                v_b: self.required(AttnVB),
+            })
+        });
         let qkv = match self.weight(AttnQkv) {
+            _ if latent.is_some() => latent.expect("matched"),
             Some(wqkv) => QkvWeights::Fused { wqkv, bqkv: self.bias(AttnQkv) },
             None => QkvWeights::Separate {
                 wq: self.required(AttnQ),
@@ -533,6 +571,7 @@ impl ReadWeights<'_> {
                     };
                     (self.weight(FfnGateInpShexp), shexp)
                 }),
+                selection_bias: self.bias(FfnExpProbsB),
                 biases: self.bias(FfnGateInp).map(|gate_inp| ExpertBiases {
                     gate_inp,
                     gate_exps: self.bias(FfnGateExps).expect("required with the router's bias"),
@@ -583,6 +622,18 @@ impl ModelWeights {
                                 bv: o(*bv),
                             },
                             QkvWeights::Fused { wqkv, bqkv } => QkvWeights::Fused { wqkv: t(*wqkv), bqkv: o(*bqkv) },
+                            QkvWeights::Latent(l) => QkvWeights::Latent(LatentWeights {
+                                q: match l.q {
+                                    LatentQ::LowRank { a, a_norm, b } => {
+                                        LatentQ::LowRank { a: t(a), a_norm: t(a_norm), b: t(b) }
+                                    }
+                                    LatentQ::Full(q) => LatentQ::Full(t(q)),
+                                },
+                                kv_a: t(l.kv_a),
+                                kv_a_norm: t(l.kv_a_norm),
+                                k_b: t(l.k_b),
+                                v_b: t(l.v_b),
+                            }),
                         },
                         wo: t(a.wo),
                         bo: o(a.bo),
@@ -621,6 +672,7 @@ impl ModelWeights {
                         },
                         down_exps: t(m.down_exps),
                         shared: m.shared.as_ref().map(|(g, f)| (o(*g), ffn(f))),
+                        selection_bias: o(m.selection_bias),
                         biases: m.biases.map(|b| ExpertBiases {
                             gate_inp: t(b.gate_inp),
                             gate_exps: t(b.gate_exps),
