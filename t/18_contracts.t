@@ -31,7 +31,7 @@ subtest 'options come from one table per method' => sub {
     croaks_like(sub { $inf->sample_top_p([ 1, 2 ], top_k => 3) },
         qr/unknown option 'top_k' \(valid options: seed, temperature, top_p\)/, 'sample_top_p takes its three');
     croaks_like(sub { Lugh::Inference->new(model => $model, n_thread => 1) },
-        qr/unknown option 'n_thread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split\)/,
+        qr/unknown option 'n_thread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split, type_k, type_v\)/,
         'new lists its options');
     croaks_like(sub { Lugh::Inference->new(model => $model, 'n_ctx') }, qr/name => value pairs/, 'odd list');
     my $session = Lugh::Inference->new(model => $model, n_threads => 1, n_ctx => undef, flash_attn => 'AUTO');

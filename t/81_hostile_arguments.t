@@ -200,7 +200,7 @@ my %CALLS = (
     'Lugh::Inference::rerank'      => sub { ($inf, query => 'q', documents => [ 'a', 'b' ]) },
     (map { my $m = $_; ("Lugh::Inference::$m" => sub { ($inf) }) }
         qw(architecture backend create_kv_cache create_memory_pool flash_attn head_dim last_stats model n_batch n_ctx
-        n_ctx_train n_embd n_ff n_head n_head_kv n_layer n_rot n_threads n_vocab norm_eps rope_freq_base)),
+        n_ctx_train n_embd n_ff n_head n_head_kv n_layer n_rot n_threads n_vocab norm_eps rope_freq_base type_k type_v)),
 
     'Lugh::KVCache::new'           => sub { ('Lugh::KVCache', n_layer => 2, n_ctx => 16, n_head_kv => 2, head_dim => 8) },
     'Lugh::KVCache::resize'        => sub { ($cache, 0) },

@@ -223,7 +223,25 @@ context (before anything is computed).
         n_ctx      => 2048,       # default: min(the model's training context, 4096)
         flash_attn => 'auto',     # 0, 1 or 'auto' (as llama.cpp decides)
         n_batch    => 512,        # prompt tokens per graph evaluation (default 512)
+        type_k     => 'f16',      # the KV cache's key type (default f16)
+        type_v     => 'f16',      # and value type
     );
+
+C<type_k> and C<type_v> are llama.cpp's C<--cache-type-k> and
+C<--cache-type-v>: C<f16> (the default), C<f32>, C<bf16>, C<q8_0>, C<q4_0>,
+C<q4_1>, C<iq4_nl>, C<q5_0> or C<q5_1>. A quantized cache holds a long
+context in less memory: with C<q8_0> for both a position takes 17/32 of its
+f16 bytes, with C<q4_0> 9/32; the keys and values are rounded to the type as
+llama.cpp rounds them, and the logits are llama.cpp's with the same types.
+A quantized C<type_v> needs flash attention (C<flash_attn> 1 or C<'auto'>,
+which then turns it on where the device can), as in llama.cpp, and croaks
+otherwise; a quantized type croaks too where a head is not a whole number of
+its blocks (32 values). A saved cache (L<Lugh::KVCache/save>) loads only into
+a session with the same types.
+
+    my $long = Lugh::Inference->new(model => $model, n_ctx => 8192,
+        flash_attn => 1, type_k => 'q8_0', type_v => 'q8_0');
+    print $long->type_k, "\n";    # q8_0
 
 Where the layers go (the options of llama.cpp's of these names; only devices
 that take whole layers count: GPUs and RPC servers, not the CPU or BLAS):
@@ -276,14 +294,15 @@ the number used.
 
 =head1 SETTINGS
 
-=head2 backend, n_threads, n_ctx, n_batch, flash_attn
+=head2 backend, n_threads, n_ctx, n_batch, flash_attn, type_k, type_v
 
-    printf "%s, %d threads, context %d, batch %d, flash attention %s\n",
+    printf "%s, %d threads, context %d, batch %d, flash attention %s, cache %s/%s\n",
         $inference->backend, $inference->n_threads, $inference->n_ctx,
-        $inference->n_batch, $inference->flash_attn ? 'on' : 'off';
+        $inference->n_batch, $inference->flash_attn ? 'on' : 'off',
+        $inference->type_k, $inference->type_v;
 
 The settings in effect, defaults resolved (C<flash_attn> is 1 or 0 even when
-C<'auto'> was asked for).
+C<'auto'> was asked for; C<type_k> and C<type_v> are ggml's type names).
 
 =head2 n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, n_ctx_train, rope_freq_base, norm_eps, architecture
 

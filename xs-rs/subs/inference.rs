@@ -5,7 +5,7 @@ use super::generate_options::{GenerateArgs, GENERATE_CALL_OPTIONS, GENERATE_OPTI
 use super::lora::lora_arg;
 use super::rope::rope_arg;
 use super::sampling_options::SAMPLING_OPTIONS;
-use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
+use crate::engine::forward::runner::{FlashAttn, InferenceOptions, KvType, Output, Overrides, MAX_CTX};
 use crate::engine::generate::embedding::Pooling;
 use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
 use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
@@ -39,6 +39,8 @@ const ACCESSORS: &[Accessor<Inference>] = &[
     Accessor { name: "n_ctx", read: |s, perl| Ok(perl.int(s.runner.n_ctx() as i64)) },
     Accessor { name: "n_batch", read: |s, perl| Ok(perl.int(s.runner.n_batch() as i64)) },
     Accessor { name: "flash_attn", read: |s, perl| Ok(perl.int(s.runner.flash_attn() as i64)) },
+    Accessor { name: "type_k", read: |s, perl| Ok(perl.str(s.runner.kv_types().0.name())) },
+    Accessor { name: "type_v", read: |s, perl| Ok(perl.str(s.runner.kv_types().1.name())) },
     Accessor { name: "n_vocab", read: |s, perl| Ok(perl.int(s.runner.hparams().n_vocab as i64)) },
     Accessor { name: "n_layer", read: |s, perl| Ok(perl.int(s.runner.hparams().n_layer as i64)) },
     Accessor { name: "n_embd", read: |s, perl| Ok(perl.int(s.runner.hparams().n_embd as i64)) },
@@ -109,6 +111,14 @@ const NEW_OPTIONS: &[Opt<NewArgs>] = &[
     }),
     Opt::new("rpc_timeout", |perl, sv, a| {
         set(&mut a.options.rpc_timeout, perl.number_arg(sv, "rpc_timeout").map(Some))
+    }),
+    Opt::new("type_k", |perl, sv, a| {
+        a.options.type_k = Some(KvType::parse(&perl.string_arg(sv, "type_k")?, "type_k")?);
+        Ok(())
+    }),
+    Opt::new("type_v", |perl, sv, a| {
+        a.options.type_v = Some(KvType::parse(&perl.string_arg(sv, "type_v")?, "type_v")?);
+        Ok(())
     }),
     Opt::new("flash_attn", |perl, sv, a| {
         let text = perl.string_arg(sv, "flash_attn")?;

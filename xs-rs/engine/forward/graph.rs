@@ -90,6 +90,8 @@ struct Builder<'a, 'b> {
     n_tokens: i64,
     /// Each token's attention temperature (the input), if the model has one.
     attn_temp: Option<Tensor>,
+    /// The Walsh-Hadamard matrices of a quantized cache's rotations, by size.
+    rotation: Vec<(usize, Tensor)>,
 }
 
 impl Blueprint<'_> {
@@ -115,7 +117,7 @@ impl Blueprint<'_> {
         let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
         let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
         let attn_temp = inputs.attn_temp.map(|(t, _)| t);
-        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64, attn_temp };
+        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64, attn_temp, rotation: inputs.hadamard.clone() };
         let (tokens, pos, out_ids, seg_inputs) = (inputs.tokens, inputs.pos, inputs.out_ids, &inputs.segments);
 
         let w = self.weights;
@@ -475,6 +477,20 @@ impl Builder<'_, '_> {
         };
         let kv_layer = self.bp.hp.kv_layer(il);
         let own_kv = kv_layer == il;
+        // a quantized cache's Walsh-Hadamard rotations (llama.cpp's build_attn)
+        let rotations = segments.iter().find_map(|s| s.cache).map(|c| c.layout().rotations(il)).unwrap_or_default();
+        let rotation = |n: usize| self.rotation.iter().find(|&&(size, _)| size == n).map(|&(_, t)| t);
+        let (mut q, mut k, mut v) = (q, k, v);
+        if let Some(rot) = rotation(rotations.k) {
+            q = g.hadamard(q, rot);
+            if own_kv {
+                k = g.hadamard(k, rot);
+            }
+        }
+        let v_rotation = rotation(rotations.v);
+        if let (Some(rot), true) = (v_rotation, own_kv) {
+            v = g.hadamard(v, rot);
+        }
         // added together so that they are not reordered (as llama.cpp's build_attn)
         g.expand(q);
         if own_kv {
@@ -519,6 +535,10 @@ impl Builder<'_, '_> {
         }
         let mut cur = out.expect("at least one segment");
         name(cur, "kqv_out", Some(il));
+        if let Some(rot) = v_rotation {
+            // rotated back (the rotation is its own inverse)
+            cur = g.hadamard(cur, rot);
+        }
         if let Some(gate) = gate {
             cur = g.mul(cur, g.sigmoid(gate));
             name(cur, "attn_gated", Some(il));

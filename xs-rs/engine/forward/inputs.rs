@@ -37,6 +37,9 @@ pub struct GraphInputs {
     /// 4 for multi-section RoPE (`pos` holds a run of positions per
     /// section: the token's position three times, then zeros), else 1.
     pub positions_per_token: usize,
+    /// The Walsh-Hadamard matrices a quantized cache's rotations use, by
+    /// size (llama.cpp's attn_inp_k_rot / attn_inp_v_rot).
+    pub hadamard: Vec<(usize, Tensor)>,
 }
 
 fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
@@ -64,6 +67,7 @@ impl GraphInputs {
         let mask_type = if flash_attn { GGML_TYPE_F16 } else { GGML_TYPE_F32 };
         let has_swa = hp.swa_layers.iter().any(|&s| s);
         let has_global = hp.swa_layers.iter().any(|&s| !s) || hp.swa_layers.is_empty();
+        let segments_in = segments;
         let segments = segments
             .iter()
             .map(|s| {
@@ -96,7 +100,25 @@ impl GraphInputs {
         let out_ids = input(g, GGML_TYPE_I32, &[n_outputs as i64], "out_ids");
         let attn_temp =
             hp.attn_temperature.map(|t| (input(g, GGML_TYPE_F32, &[1, 1, n_tokens as i64], "inp_attn_scale"), t));
-        GraphInputs { tokens, pos, out_ids, segments, attn_temp, positions_per_token: hp.positions_per_token() }
+        let mut sizes: Vec<usize> = segments_in
+            .iter()
+            .filter_map(|s| s.cache)
+            .flat_map(|c| c.layout().rotations.iter().flat_map(|r| [r.k, r.v]))
+            .filter(|&n| n > 0)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let hadamard =
+            sizes.into_iter().map(|n| (n, input(g, GGML_TYPE_F32, &[n as i64, n as i64], "attn_inp_rot"))).collect();
+        GraphInputs {
+            tokens,
+            pos,
+            out_ids,
+            segments,
+            attn_temp,
+            positions_per_token: hp.positions_per_token(),
+            hadamard,
+        }
     }
 
     /// Fills the inputs for appending each segment's tokens to its cache
@@ -178,6 +200,13 @@ impl GraphInputs {
         // the masks have been copied into the graph: their buffer is free
         let n_tokens = tokens.len();
         self.fill_attn_temp(&pos[..n_tokens], mask_f32);
+        self.fill_hadamard();
+    }
+
+    fn fill_hadamard(&self) {
+        for &(n, t) in &self.hadamard {
+            rt::tensor_set(t, &crate::engine::forward::kv_cache::hadamard(n));
+        }
     }
 
     fn fill_attn_temp(&self, pos: &[i32], buf: &mut Vec<f32>) {

@@ -9,7 +9,7 @@
 //! matrices, both f32 as llama.cpp keeps them. A state cannot be cut back to
 //! an earlier position, so the cache keeps a few host copies (checkpoints)
 //! of the states at earlier positions, and rolls back only to those.
-use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
+use crate::engine::ggml::ops::{row_size, Ctx, GraphCtx, Tensor, GGML_TYPE_F32};
 use crate::engine::ggml::runtime::{self as rt, Buffer, BufferType};
 use crate::engine::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +35,13 @@ pub struct CacheLayout {
     /// attention's cache: its K is the latent and the RoPE part, its V the
     /// latent); never transposed then.
     pub v_in_k: bool,
+    /// The ggml types of the stored keys and values (f16 unless the session
+    /// asks for another: `type_k`, `type_v`).
+    pub type_k: i32,
+    pub type_v: i32,
+    /// Each layer's Walsh-Hadamard rotations of K and V (their sizes, 0 =
+    /// none) where a quantized cache has them; empty when no layer has.
+    pub rotations: Vec<Rotations>,
     /// The recurrent layers, if any: their state sizes and which they are.
     pub recurrent: Option<RecurrentLayout>,
     /// Layers from this one on keep no K/V (Gemma 4's shared-KV layers
@@ -45,6 +52,62 @@ pub struct CacheLayout {
     /// fill the start of rows n_embd_k_gqa / n_embd_v_gqa wide (the widest
     /// layer's).
     pub layer_heads: Vec<LayerHeads>,
+}
+
+/// The Walsh-Hadamard rotations of one layer's keys and values (their
+/// sizes, 0 = none): llama.cpp b11434 rotates Q and K, and V (and the
+/// attention's output back), in blocks of that many channels before a
+/// quantized cache stores them, so that an outlier channel spreads over the
+/// block's values instead of widening one quantization block's scale.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rotations {
+    pub k: usize,
+    pub v: usize,
+}
+
+impl Rotations {
+    /// The rotations of a layer group (llama.cpp's per-cache rule: one for
+    /// the sliding-window layers, one for the others) whose K heads are all
+    /// `head_k` wide and V heads `head_v` (None: they differ): K by the
+    /// largest power of two from 64 that divides the head, V by 64, each
+    /// only for a quantized type and a head a multiple of 64.
+    pub fn of_group(quantized_k: bool, quantized_v: bool, head_k: Option<usize>, head_v: Option<usize>) -> Rotations {
+        let k = match head_k {
+            Some(h) if quantized_k && h > 0 && h % 64 == 0 => {
+                let mut n = 64;
+                while h % (2 * n) == 0 {
+                    n *= 2;
+                }
+                n
+            }
+            _ => 0,
+        };
+        let v = match head_v {
+            Some(h) if quantized_v && h > 0 && h % 64 == 0 => 64,
+            _ => 0,
+        };
+        Rotations { k, v }
+    }
+}
+
+/// The n x n Walsh-Hadamard matrix scaled to be orthonormal (its own
+/// inverse), row-major, built as llama.cpp's ggml_gen_hadamard builds it.
+pub fn hadamard(n: usize) -> Vec<f32> {
+    let mut m = vec![0f32; n * n];
+    m[0] = (1.0 / f64::from((n as f32).sqrt())) as f32;
+    let mut s = 1;
+    while s < n {
+        for i in 0..s {
+            for j in 0..s {
+                let v = m[i * n + j];
+                m[(i + s) * n + j] = v;
+                m[i * n + j + s] = v;
+                m[(i + s) * n + j + s] = -v;
+            }
+        }
+        s *= 2;
+    }
+    m
 }
 
 /// The heads one layer keeps in the cache.
@@ -93,9 +156,6 @@ impl LayerState {
     }
 }
 
-/// The type of the stored keys and values.
-pub const KV_TYPE: i32 = GGML_TYPE_F16;
-
 impl CacheLayout {
     /// The heads of layer `il`.
     pub fn heads(&self, il: usize) -> LayerHeads {
@@ -104,6 +164,11 @@ impl CacheLayout {
             head_dim_v: self.head_dim_v,
             n_head_kv: self.n_head_kv,
         })
+    }
+
+    /// Layer `il`'s rotations (none for most caches).
+    pub fn rotations(&self, il: usize) -> Rotations {
+        self.rotations.get(il).copied().unwrap_or_default()
     }
 
     /// Whether layer `il` keeps K and V of its own.
@@ -120,16 +185,16 @@ impl CacheLayout {
     /// first `n` cells: one range of `n` whole rows, or with V transposed
     /// the first `n` entries of each channel's row.
     fn cell_ranges(&self, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
-        let (width, by_channel) = match part {
-            Part::K => (self.n_embd_k_gqa, false),
+        let (width, by_channel, ty) = match part {
+            Part::K => (self.n_embd_k_gqa, false, self.type_k),
             // nothing of its own: it is stored (and saved) with K
-            Part::V if self.v_in_k => (0, false),
-            Part::V => (self.n_embd_v_gqa, self.v_trans),
+            Part::V if self.v_in_k => (0, false, self.type_v),
+            Part::V => (self.n_embd_v_gqa, self.v_trans, self.type_v),
         };
         let (count, stride, len) = if by_channel {
-            (width, row_size(KV_TYPE, self.kv_size as i64), row_size(KV_TYPE, n as i64))
+            (width, row_size(ty, self.kv_size as i64), row_size(ty, n as i64))
         } else {
-            (usize::from(width > 0), 0, row_size(KV_TYPE, width as i64) * n)
+            (usize::from(width > 0), 0, row_size(ty, width as i64) * n)
         };
         (0..count).map(move |i| (i * stride, len))
     }
@@ -218,11 +283,11 @@ impl KvCache {
                 if !layout.holds_kv(il) {
                     continue;
                 }
-                let kt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+                let kt = ctx.new_tensor(layout.type_k, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
                 kt.set_name(&format!("cache_k_l{il}"));
                 k[il] = Some(kt);
                 if !layout.v_in_k {
-                    let vt = ctx.new_tensor(KV_TYPE, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+                    let vt = ctx.new_tensor(layout.type_v, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
                     vt.set_name(&format!("cache_v_l{il}"));
                     v[il] = Some(vt);
                 }

@@ -2,16 +2,17 @@
 //! back from, so that a later session continues it without evaluating its
 //! tokens again.
 //!
-//! Format version 1, all integers little-endian:
+//! Format version 2, all integers little-endian (version 1, still read, has
+//! 0 at 52..56 and f16 keys and values):
 //!
 //! | bytes    | what                                                         |
 //! |----------|--------------------------------------------------------------|
 //! | 0..8     | magic `LUGHKVC\0`                                            |
-//! | 8..12    | format version (u32, 1)                                      |
+//! | 8..12    | format version (u32, 2)                                      |
 //! | 12..16   | flags (u32): bit 0 set = V stored transposed (flash attn off) |
 //! | 16..24   | model fingerprint (u64, [`Model::fingerprint`])              |
-//! | 24..52   | n_layer, n_embd_k_gqa, n_embd_v_gqa, n_ctx, kv_size, ggml type of K/V (1 = f16), n_tokens (u32 each) |
-//! | 52..56   | zero                                                         |
+//! | 24..52   | n_layer, n_embd_k_gqa, n_embd_v_gqa, n_ctx, kv_size, ggml type of K (1 = f16), n_tokens (u32 each) |
+//! | 52..56   | ggml type of V (u32)                                         |
 //! | 56..88   | architecture name, UTF-8, NUL-padded                         |
 //! | 88..248  | model name (`general.name`), UTF-8, NUL-padded               |
 //! | 248..256 | XXH64 of bytes 0..248                                        |
@@ -19,8 +20,8 @@
 //! | then     | per layer: the K of cells 0..n_tokens, then their V; for a recurrent layer its state |
 //! | last 8   | XXH64 of everything before it                                |
 //!
-//! K of a layer is n_tokens rows of n_embd_k_gqa f16 values (position by
-//! position, as the tensor holds them); V likewise, or, stored transposed,
+//! K of a layer is n_tokens rows of n_embd_k_gqa values in its type (position
+//! by position, as the tensor holds them); V likewise, or, stored transposed,
 //! n_embd_v_gqa rows (one per channel) of n_tokens values. Only the filled
 //! cells are written. A recurrent layer (Qwen3.5's delta-net) has no cells
 //! but one state of the sequence: its convolution state, then its
@@ -32,7 +33,7 @@
 //! model computed with that attention kernel, and only then does
 //! continuing from them give the tokens that continuing without saving
 //! would have given.
-use crate::engine::forward::kv_cache::{CacheLayout, KvCache, Part, KV_TYPE};
+use crate::engine::forward::kv_cache::{CacheLayout, KvCache, Part};
 use crate::engine::xxhash::Xxh64;
 use crate::engine::{ggml::sys, Error, Result};
 use std::fs::File;
@@ -41,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const MAGIC: &[u8; 8] = b"LUGHKVC\0";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 256;
 const HEADER_SUM_AT: usize = HEADER_LEN - 8;
 const ARCH_FIELD: std::ops::Range<usize> = 56..88;
@@ -83,7 +84,8 @@ struct Header {
     n_ctx: u32,
     kv_size: u32,
     v_trans: bool,
-    type_id: u32,
+    type_k: u32,
+    type_v: u32,
     n_tokens: u32,
 }
 
@@ -103,7 +105,8 @@ impl Header {
             n_ctx: field("n_ctx", cache.n_ctx())?,
             kv_size: field("kv_size", l.kv_size)?,
             v_trans: l.v_trans,
-            type_id: KV_TYPE as u32,
+            type_k: l.type_k as u32,
+            type_v: l.type_v as u32,
             n_tokens: field("n_cached", cache.n_cached())?,
         })
     }
@@ -116,8 +119,16 @@ impl Header {
             b[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
         }
         b[16..24].copy_from_slice(&self.model.fingerprint.to_le_bytes());
-        let counts =
-            [self.n_layer, self.n_embd_k_gqa, self.n_embd_v_gqa, self.n_ctx, self.kv_size, self.type_id, self.n_tokens];
+        let counts = [
+            self.n_layer,
+            self.n_embd_k_gqa,
+            self.n_embd_v_gqa,
+            self.n_ctx,
+            self.kv_size,
+            self.type_k,
+            self.n_tokens,
+            self.type_v,
+        ];
         for (i, v) in counts.into_iter().enumerate() {
             b[24 + 4 * i..28 + 4 * i].copy_from_slice(&v.to_le_bytes());
         }
@@ -137,9 +148,11 @@ impl Header {
             return Err(corrupt(path, "the header's checksum does not match its content (the header is damaged)"));
         }
         let flags = u32_at(12);
-        if flags & !FLAG_V_TRANSPOSED != 0 || u32_at(52) != 0 {
+        if flags & !FLAG_V_TRANSPOSED != 0 {
             return Err(corrupt(path, format!("unknown flags {flags:#x} in the header")));
         }
+        // version 1 stored both as the one type at 44
+        let type_v = if u32_at(8) == 1 { u32_at(44) } else { u32_at(52) };
         Ok(Header {
             model: ModelId {
                 fingerprint: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
@@ -152,7 +165,8 @@ impl Header {
             n_ctx: u32_at(36),
             kv_size: u32_at(40),
             v_trans: flags & FLAG_V_TRANSPOSED != 0,
-            type_id: u32_at(44),
+            type_k: u32_at(44),
+            type_v,
             n_tokens: u32_at(48),
         })
     }
@@ -184,10 +198,19 @@ impl Header {
                 u8::from(!self.v_trans)
             ));
         }
-        if self.type_id != KV_TYPE as u32 {
-            let name =
-                sys::type_traits(self.type_id).map_or_else(|| format!("type {}", self.type_id), |t| t.name.into());
-            return refuse(format!("it stores keys and values as {name}, and this session stores them as f16"));
+        let l = &target.layout;
+        let name = |t: u32| sys::type_traits(t).map_or_else(|| format!("type {t}"), |t| t.name.into());
+        for (what, saved, own) in [("keys", self.type_k, l.type_k), ("values", self.type_v, l.type_v)] {
+            if saved != own as u32 {
+                let option = if what == "keys" { "type_k" } else { "type_v" };
+                return refuse(format!(
+                    "it stores its {what} as {}, and this session stores them as {} (load it into a session with \
+                     {option} => '{}')",
+                    name(saved),
+                    name(own as u32),
+                    name(saved)
+                ));
+            }
         }
         let l = &target.layout;
         let have = [self.n_layer, self.n_embd_k_gqa, self.n_embd_v_gqa, self.kv_size].map(|v| v as usize);
@@ -239,7 +262,7 @@ fn check_magic_and_version(path: &Path, start: &[u8]) -> Result<()> {
     }
     if let Some(v) = start.get(8..12) {
         let version = u32::from_le_bytes(v.try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != 1 {
             return Err(Error::UnsupportedCacheVersion { path: path.to_path_buf(), version, readable: FORMAT_VERSION });
         }
     }

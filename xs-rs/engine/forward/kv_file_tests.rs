@@ -6,6 +6,7 @@
 use super::*;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides};
 use crate::engine::generate::inference::Inference;
+use crate::engine::ggml::ops::GGML_TYPE_F16;
 use crate::engine::ggml::runtime::Device;
 use crate::engine::model::Model;
 use std::sync::Arc;
@@ -47,6 +48,9 @@ fn layout(v_trans: bool) -> CacheLayout {
         kv_size: 256,
         v_trans,
         v_in_k: false,
+        type_k: GGML_TYPE_F16,
+        type_v: GGML_TYPE_F16,
+        rotations: Vec::new(),
         recurrent: None,
         layer_heads: Vec::new(),
         n_layer_kv: 2,

@@ -7,7 +7,7 @@
 //! `KvCache`, and the compute allocation in a `ComputePool`.
 use crate::engine::forward::compute::{BatchShape, Executor, StepScratch, Target};
 use crate::engine::forward::graph::{Blueprint, Head, Segment};
-use crate::engine::forward::kv_cache::{CacheLayout, LayerHeads, RecurrentLayout};
+use crate::engine::forward::kv_cache::{CacheLayout, LayerHeads, RecurrentLayout, Rotations};
 use crate::engine::forward::lora::LoraAdapter;
 use crate::engine::forward::profile::{timed, Phase, Profile};
 use crate::engine::ggml::cpu_budget::{available_cpus, physical_cores, MAX_THREADS};
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub use crate::engine::forward::compute::ComputePool;
 pub use crate::engine::forward::kv_cache::KvCache;
 use crate::engine::forward::settings::{choose_devices, flash_attn_supported};
-pub use crate::engine::forward::settings::{FlashAttn, InferenceOptions, Output, Overrides, MAX_CTX};
+pub use crate::engine::forward::settings::{FlashAttn, InferenceOptions, KvType, Output, Overrides, MAX_CTX};
 
 /// A call's resolved settings, and their fingerprint for the graph cache.
 struct Variant<'a> {
@@ -59,6 +59,9 @@ pub struct Runner {
     n_ctx: usize,
     n_batch: usize,
     flash_attn: bool,
+    /// The KV cache's types.
+    type_k: KvType,
+    type_v: KvType,
     /// The session's RoPE settings (the model's, with the session's request).
     rope: RopeSettings,
     /// The weights in their plain layout, for training (see `plain_cpu_weights`).
@@ -137,12 +140,16 @@ impl Runner {
             Some(n) => in_range("n_batch", n, MAX_CTX)?,
             None => 512,
         };
+        let (type_k, type_v) = (options.type_k.unwrap_or(KvType::F16), options.type_v.unwrap_or(KvType::F16));
         let flash_attn = match options.flash_attn.unwrap_or(FlashAttn::Auto) {
             FlashAttn::Enabled => true,
             FlashAttn::Disabled => false,
             // on every device that holds layers (an accelerator runs no attention)
-            FlashAttn::Auto => placement.devices.iter().chain([&placement.cpu]).all(|&d| flash_attn_supported(d, &hp)),
+            FlashAttn::Auto => {
+                placement.devices.iter().chain([&placement.cpu]).all(|&d| flash_attn_supported(d, &hp, type_k, type_v))
+            }
         };
+        check_kv_types(&hp, type_k, type_v, flash_attn)?;
 
         let init = |device: Device| {
             device.init_backend().ok_or_else(|| {
@@ -178,6 +185,8 @@ impl Runner {
             n_ctx,
             n_batch,
             flash_attn,
+            type_k,
+            type_v,
             rope,
             training_weights: OnceLock::new(),
             warnings,
@@ -241,6 +250,10 @@ impl Runner {
     pub fn flash_attn(&self) -> bool {
         self.flash_attn
     }
+    /// The types the KV cache stores keys and values in.
+    pub fn kv_types(&self) -> (KvType, KvType) {
+        (self.type_k, self.type_v)
+    }
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
     }
@@ -274,12 +287,51 @@ impl Runner {
             // a latent attention's V is read from K's rows, by position
             v_trans: !self.flash_attn && hp.mla.is_none(),
             v_in_k: hp.mla.is_some(),
+            type_k: self.type_k.ggml_type(),
+            type_v: self.type_v.ggml_type(),
+            rotations: self.rotations(),
             recurrent: hp.has_recurrent().then(|| {
                 let (conv_len, ssm_len) = hp.recurrent_state_lens();
                 RecurrentLayout { conv_len, ssm_len, layers: hp.recurrent_layers.clone() }
             }),
             layer_heads: self.layer_heads(),
             n_layer_kv: hp.per_layer.n_layer_kv,
+        }
+    }
+
+    /// Each layer's Walsh-Hadamard rotations in a quantized cache, as
+    /// llama.cpp b11434 decides them per cache: the sliding-window layers
+    /// and the others are two caches where the model has both; a latent
+    /// attention's one-row cache is not rotated (its K-only attention
+    /// input has no rotation). Empty when no layer is rotated.
+    fn rotations(&self) -> Vec<Rotations> {
+        let hp = &self.hp;
+        if hp.mla.is_some() || !(self.type_k.is_quantized() || self.type_v.is_quantized()) {
+            return Vec::new();
+        }
+        let iswa = hp.swa_layers.iter().any(|&s| s);
+        let group_of = |il: usize| iswa && hp.is_swa(il);
+        // the layers that keep K/V in each group (shared-KV and recurrent ones keep none)
+        let common = |group: bool, width: &dyn Fn(usize) -> usize| {
+            let mut widths =
+                (0..hp.per_layer.n_layer_kv).filter(|&il| !hp.is_recurrent(il) && group_of(il) == group).map(width);
+            let first = widths.next()?;
+            widths.all(|w| w == first).then_some(first)
+        };
+        let (qk, qv) = (self.type_k.is_quantized(), self.type_v.is_quantized());
+        let groups = [false, true].map(|group| {
+            Rotations::of_group(
+                qk,
+                qv,
+                common(group, &|il| hp.head_dim_k_of(il)),
+                common(group, &|il| hp.head_dim_v_of(il)),
+            )
+        });
+        let rotations: Vec<Rotations> = (0..hp.n_layer).map(|il| groups[usize::from(group_of(il))]).collect();
+        if rotations.iter().all(|r| *r == Rotations::default()) {
+            Vec::new()
+        } else {
+            rotations
         }
     }
 
@@ -858,3 +910,32 @@ impl Checkpoints {
 #[cfg(test)]
 #[path = "runner_tests.rs"]
 mod tests;
+
+/// Refuses KV cache types this model and attention cannot store in (as
+/// llama.cpp refuses them): quantized values need flash attention (the
+/// values are read row by row only there), and quantized rows whole blocks
+/// per head.
+fn check_kv_types(hp: &HParams, type_k: KvType, type_v: KvType, flash_attn: bool) -> Result<()> {
+    if type_v.is_quantized() && !flash_attn {
+        return Err(Error::Argument(format!(
+            "type_v {} (a quantized V cache) needs flash attention: give flash_attn => 1, or type_v => 'f16'",
+            type_v.name()
+        )));
+    }
+    // a latent attention's V is read from its K rows
+    let type_v = if hp.mla.is_some() { type_k } else { type_v };
+    for (what, ty, widths) in [
+        ("type_k", type_k, (0..hp.n_layer).map(|il| hp.head_dim_k_of(il)).collect::<Vec<_>>()),
+        ("type_v", type_v, (0..hp.n_layer).map(|il| hp.head_dim_v_of(il)).collect()),
+    ] {
+        if let Some(w) = widths.iter().find(|&&w| w % ty.block_size() != 0) {
+            return Err(Error::Argument(format!(
+                "{what} {} stores blocks of {} values, and this model's heads are {w} wide: use a type whose \
+                 blocks divide the head (f16, bf16 or f32)",
+                ty.name(),
+                ty.block_size()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@ use crate::engine::forward::lora::AdapterUses;
 use crate::engine::ggml::ops::{Ctx, GraphCtx, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::ggml::placement::{Placement, SplitRequest};
 use crate::engine::ggml::runtime::Device;
+use crate::engine::ggml::sys;
 use crate::engine::model::arch::HParams;
 use crate::engine::model::rope::RopeRequest;
 use crate::engine::{Error, Result};
@@ -51,6 +52,49 @@ pub struct InferenceOptions {
     pub rpc: Vec<String>,
     /// Seconds an RPC server may take to answer before it counts as gone.
     pub rpc_timeout: Option<f64>,
+    /// The types the KV cache stores keys and values in (None: f16).
+    pub type_k: Option<KvType>,
+    pub type_v: Option<KvType>,
+}
+
+/// A type the KV cache may store keys or values in: llama.cpp's
+/// `--cache-type-k/-v` choices (common/arg.cpp's list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvType(i32);
+
+impl KvType {
+    /// The names, ggml's, in llama.cpp's order.
+    pub const NAMES: &'static [&'static str] =
+        &["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"];
+    pub const F16: KvType = KvType(GGML_TYPE_F16);
+
+    /// The type called `name` (ggml's name, any case), or an error listing them.
+    pub fn parse(name: &str, what: &str) -> Result<KvType> {
+        let lower = name.to_ascii_lowercase();
+        Self::NAMES
+            .iter()
+            .find(|&&n| n == lower)
+            .and_then(|n| (0..sys::GGML_TYPE_COUNT).find(|&t| sys::type_traits(t).is_some_and(|tt| tt.name == *n)))
+            .map(|t| KvType(t as i32))
+            .ok_or_else(|| Error::Argument(format!("{what} must be one of {}, got '{name}'", Self::NAMES.join(", "))))
+    }
+
+    pub fn ggml_type(self) -> i32 {
+        self.0
+    }
+
+    pub fn name(self) -> &'static str {
+        sys::type_traits(self.0 as u32).map_or("?", |t| t.name)
+    }
+
+    /// Values in blocks of more than one (the quantized types).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    pub fn block_size(self) -> usize {
+        sys::type_traits(self.0 as u32).map_or(1, |t| t.block_size as usize)
+    }
 }
 
 /// What one call changes of its session's settings: the RoPE settings and
@@ -125,14 +169,14 @@ pub(crate) fn choose_devices(
 
 /// llama.cpp's flash-attention auto setting: on when the device runs the
 /// flash-attention op for the model's head sizes with an f16 cache.
-pub(crate) fn flash_attn_supported(device: Device, hp: &HParams) -> bool {
+pub(crate) fn flash_attn_supported(device: Device, hp: &HParams, type_k: KvType, type_v: KvType) -> bool {
     let Some(ctx) = Ctx::new(4, 0) else {
         return false;
     };
     let n_kv = crate::engine::forward::kv_cache::KV_PAD as i64;
     let q = ctx.new_tensor(GGML_TYPE_F32, &[hp.head_dim_k as i64, 1, hp.n_head as i64, 1]);
-    let k = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_k as i64, n_kv, hp.n_head_kv as i64, 1]);
-    let v = ctx.new_tensor(GGML_TYPE_F16, &[hp.head_dim_v as i64, n_kv, hp.n_head_kv as i64, 1]);
+    let k = ctx.new_tensor(type_k.ggml_type(), &[hp.head_dim_k as i64, n_kv, hp.n_head_kv as i64, 1]);
+    let v = ctx.new_tensor(type_v.ggml_type(), &[hp.head_dim_v as i64, n_kv, hp.n_head_kv as i64, 1]);
     let mask = ctx.new_tensor(GGML_TYPE_F16, &[n_kv, 1, 1, 1]);
     let Some(g) = GraphCtx::new(2) else {
         return false;

@@ -11,6 +11,7 @@ use crate::engine::forward::kv_cache::{CacheLayout, KV_PAD};
 use crate::engine::forward::kv_file::{self, ModelId};
 use crate::engine::forward::runner::{ComputePool, InferenceOptions, KvCache, Output, Overrides, Runner};
 use crate::engine::generate::generation::{self, CachedRunner, GenerateOptions, Generation, Step, TokenText};
+use crate::engine::ggml::ops::GGML_TYPE_F16;
 use crate::engine::ggml::runtime::Device;
 use crate::engine::model::Model;
 use crate::engine::{Error, Result};
@@ -93,6 +94,9 @@ impl CacheHandle {
             kv_size: shape.n_ctx.div_ceil(KV_PAD) * KV_PAD,
             v_trans: true,
             v_in_k: false,
+            type_k: GGML_TYPE_F16,
+            type_v: GGML_TYPE_F16,
+            rotations: Vec::new(),
             recurrent: None,
             layer_heads: Vec::new(),
             n_layer_kv: shape.n_layer,

@@ -154,6 +154,8 @@ extern "C" {
         logit_softcap: f32,
     ) -> *mut ggml_tensor;
     fn ggml_flash_attn_ext_set_n_kv_max(a: *mut ggml_tensor, n_kv_max: i32);
+    fn ggml_mul_mat_set_hint(a: *mut ggml_tensor, hint: c_int);
+    fn ggml_is_contiguous(a: *const ggml_tensor) -> bool;
     fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: c_int) -> *mut ggml_tensor;
     fn ggml_pad(
         ctx: *mut ggml_context,
@@ -277,6 +279,11 @@ impl Tensor {
     }
     pub fn type_id(&self) -> c_int {
         self.raw().type_
+    }
+    /// Whether its elements lie in memory in order, without gaps (ggml_is_contiguous).
+    pub fn is_contiguous(&self) -> bool {
+        // SAFETY: a Tensor always points at a live tensor (see the type's note).
+        unsafe { ggml_is_contiguous(self.0) }
     }
     /// The tensor's data address (null while unallocated).
     pub fn data_ptr(&self) -> *mut u8 {
@@ -849,6 +856,20 @@ impl Ctx {
     pub fn reshape_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
         // SAFETY: see the note above.
         Tensor(unsafe { ggml_reshape_4d(self.c(), a.0, ne[0], ne[1], ne[2], ne[3]) })
+    }
+    /// `rotation` · each run of n values of `x` (n: the rotation's size), as a
+    /// product marked as a Walsh-Hadamard rotation, which the CPU backend
+    /// computes as a fast transform (llama.cpp's llama_mul_mat_hadamard).
+    pub fn hadamard(&self, x: Tensor, rotation: Tensor) -> Tensor {
+        let n = rotation.ne()[0];
+        let ne = x.ne();
+        let elements: i64 = ne.iter().product();
+        let runs =
+            if x.is_contiguous() { self.reshape_2d(x, n, elements / n) } else { self.cont_2d(x, n, elements / n) };
+        let product = self.mul_mat(rotation, runs);
+        // SAFETY: product is a MUL_MAT node of this context; 1 is GGML_HINT_SRC0_IS_HADAMARD.
+        unsafe { ggml_mul_mat_set_hint(product.0, 1) };
+        self.reshape_4d(product, ne)
     }
     pub fn flash_attn_set_n_kv_max(&self, a: Tensor, n: i32) {
         // SAFETY: see the note above.

@@ -1563,13 +1563,15 @@ impl ArchKeys<'_> {
             0 | 1 => ExpertGating::Softmax,
             2 => ExpertGating::Sigmoid,
             3 => ExpertGating::SoftmaxOfChosen,
-            other => return Err(Error::Invalid {
-                path: self.model.path().clone(),
-                what: format!(
+            other => {
+                return Err(Error::Invalid {
+                    path: self.model.path().clone(),
+                    what: format!(
                     "{}.expert_gating_func {other} is not supported (1 softmax, 2 sigmoid, 3 softmax of the chosen)",
                     self.arch
                 ),
-            }),
+                })
+            }
         };
         let normalize = self.model.gguf.arch_value("expert_weights_norm").and_then(|v| v.as_bool()).unwrap_or(false);
         let scale = self.float("expert_weights_scale").unwrap_or(0.0) as f32;
