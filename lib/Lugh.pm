@@ -306,8 +306,9 @@ Liquid's LFM2 files say C<lfm2> (short convolutions with a state beside
 attention); OpenAI's gpt-oss files say C<gpt-oss> (experts with biases and
 clamped SwiGLU, attention sinks, every other layer in a sliding window);
 Llama 4 files say C<llama4> (layers without RoPE, chunked attention,
-interleaved sigmoid-routed experts); Gemma 4's small models (E2B, E4B) say
-C<gemma4> (its mixture-of-experts variants croak, naming them). C<bert> and C<nomic-bert> are encoders (embedding models and
+interleaved sigmoid-routed experts); Gemma 4's files say C<gemma4> (E2B and
+E4B: per-layer inputs and layers sharing an earlier layer's KV; 26B-A4B:
+experts beside each layer's dense FFN). C<bert> and C<nomic-bert> are encoders (embedding models and
 rerankers: see L<Lugh::Inference/embed> and L<Lugh::Inference/rerank>): they
 have no next-token logits, and C<generate> croaks for them. Each is checked
 against llama.cpp on random-weight models (C<t/52_architectures.t>; the
