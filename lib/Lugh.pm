@@ -247,7 +247,8 @@ sha256 checks. C<< Lugh::Model->new(model => 'smollm2-135m-q4_1') >> uses it.
 =back
 
 The C<lugh> command-line program (C<lugh pull>, C<lugh list>, C<lugh
-generate>, C<lugh chat>, C<lugh info>) is built on these.
+generate>, C<lugh chat>, C<lugh embed>, C<lugh rerank>, C<lugh info>) is
+built on these.
 
 =head2 Rules every package follows
 
