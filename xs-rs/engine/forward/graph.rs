@@ -14,7 +14,7 @@ use crate::engine::ggml::ops::row_size;
 use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
-use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, RopeFactors, SwaRope};
+use crate::engine::model::arch::{ExpertGating, Norm, QkNorm, RopeFactors, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
     AttnWeights, DeltaNetWeights, DenseAndExperts, ExpertsUp, Ffn, FfnWeights, LayerWeights, Mixer, ModelWeights,
@@ -1050,11 +1050,7 @@ impl Builder<'_, '_> {
         if spec.expert_gating == ExpertGating::SoftmaxOfChosen {
             weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, n)), 1, n_used, n);
         }
-        let renormalize = match self.bp.spec.experts {
-            Experts::Always { renormalize, .. } => renormalize,
-            Experts::None | Experts::WhenCounted | Experts::WhenCountedOwnWidth => true,
-        };
-        if renormalize {
+        if self.bp.spec.experts.renormalized() {
             let flat = g.reshape_2d(weights, n_used, n);
             // the smallest normal f16, as llama.cpp, against a zero sum
             let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
@@ -1170,11 +1166,7 @@ impl Builder<'_, '_> {
         let ahead = g.reshape_2d(g.sum_rows(more_probable), n_expert, n);
         let chosen = g.step(g.scale_bias(ahead, -1.0, n_used as f32 - 0.5));
         let mut weights = g.mul(probs, chosen);
-        let renormalize = match self.bp.spec.experts {
-            Experts::Always { renormalize, .. } => renormalize,
-            Experts::None | Experts::WhenCounted | Experts::WhenCountedOwnWidth => true,
-        };
-        if renormalize {
+        if self.bp.spec.experts.renormalized() {
             weights = g.div(weights, g.repeat(g.sum_rows(weights), weights));
         }
         let expert = |t: Tensor, e: i64| {

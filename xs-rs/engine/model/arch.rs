@@ -93,6 +93,16 @@ pub enum Experts {
     Always { renormalize: bool, shared: bool },
 }
 
+impl Experts {
+    /// Whether the chosen experts' weights are divided by their sum.
+    pub fn renormalized(self) -> bool {
+        match self {
+            Experts::Always { renormalize, .. } => renormalize,
+            Experts::None | Experts::WhenCounted | Experts::WhenCountedOwnWidth => true,
+        }
+    }
+}
+
 /// What mixes tokens in the layers that do not attend (the file says which
 /// layers those are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
