@@ -247,7 +247,8 @@ sha256 checks. C<< Lugh::Model->new(model => 'smollm2-135m-q4_1') >> uses it.
 =back
 
 The C<lugh> command-line program (C<lugh pull>, C<lugh list>, C<lugh
-generate>, C<lugh chat>, C<lugh info>) is built on these.
+generate>, C<lugh chat>, C<lugh embed>, C<lugh rerank>, C<lugh info>) is
+built on these.
 
 =head2 Rules every package follows
 
@@ -307,12 +308,13 @@ Liquid's LFM2 files say C<lfm2> (short convolutions with a state beside
 attention); OpenAI's gpt-oss files say C<gpt-oss> (experts with biases and
 clamped SwiGLU, attention sinks, every other layer in a sliding window);
 Llama 4 files say C<llama4> (layers without RoPE, chunked attention,
-interleaved sigmoid-routed experts); Gemma 4's small models (E2B, E4B) say
-C<gemma4> (its mixture-of-experts variants croak, naming them);
-DeepSeek-V2, V2-Lite and V3 files (and other models built on them) say
-C<deepseek2> (multi-head latent attention, whose cache holds one compressed
-latent per token; dense leading layers, then experts beside shared experts,
-routed by softmax or by biased sigmoid scores in groups). C<bert> and C<nomic-bert> are encoders (embedding models and
+interleaved sigmoid-routed experts); Gemma 4's files say C<gemma4> (E2B and
+E4B: per-layer inputs and layers sharing an earlier layer's KV; 26B-A4B:
+experts beside each layer's dense FFN); DeepSeek-V2, V2-Lite and V3 files
+(and other models built on them) say C<deepseek2> (multi-head latent
+attention, whose cache holds one compressed latent per token; dense leading
+layers, then experts beside shared experts, routed by softmax or by biased
+sigmoid scores in groups). C<bert> and C<nomic-bert> are encoders (embedding models and
 rerankers: see L<Lugh::Inference/embed> and L<Lugh::Inference/rerank>): they
 have no next-token logits, and C<generate> croaks for them. Each is checked
 against llama.cpp on random-weight models (C<t/52_architectures.t>; the

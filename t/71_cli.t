@@ -1,7 +1,7 @@
 # The lugh command: help and version on stdout with status 0, usage errors
 # as one line with status 2, runtime errors as one line with status 1, the
 # prompt from an argument, a file or standard input (UTF-8), generation and a
-# non-interactive chat.
+# non-interactive chat; embed and rerank as the API computes them.
 use strict;
 use warnings;
 use utf8;
@@ -10,7 +10,8 @@ use File::Temp qw(tempdir);
 use IPC::Open3 qw(open3);
 use Symbol qw(gensym);
 use lib 't/lib';
-use LughTest qw(model_path);
+use LughTest qw(model_path arch_models);
+use JSON::PP ();
 
 binmode Test::More->builder->$_, ':encoding(UTF-8)' for qw(output failure_output todo_output);
 
@@ -32,7 +33,7 @@ sub lugh {
 
 subtest 'help and version' => sub {
     for my $args ([qw(--help)], [qw(-h)], [qw(help)], [qw(help generate)], [qw(generate --help)], [qw(chat -h)],
-        [qw(info --help)])
+        [qw(info --help)], [qw(embed --help)], [qw(help rerank)])
     {
         my ($out, $err, $status) = lugh(undef, @$args);
         is($status, 0, "lugh @$args: status 0");
@@ -55,7 +56,14 @@ subtest 'usage errors: one line, status 2' => sub {
         [ [ 'generate', '--max-tokens', 'many', $model, 'x' ], qr/invalid value 'many' for --max-tokens/ ],
         [ [qw(info)], qr/info needs one model file/ ], [ [qw(help nope)], qr/unknown command 'nope'/ ],
         [ [ 'generate', '--grammar', 'root ::= "x"', '-j', '{}', $model, 'x' ],
-            qr/give one of --grammar and --json-schema, not several/ ])
+            qr/give one of --grammar and --json-schema, not several/ ],
+        [ [qw(embed text)], qr/embed needs a model: -m MODEL/ ],
+        [ [ 'embed', '-m', $model ], qr/embed needs texts/ ],
+        [ [ 'embed', '-m', $model, '--pooling', 'max', 'x' ], qr/--pooling must be mean, cls, last, none or rank, got 'max'/ ],
+        [ [ 'embed', '-m', $model, '--embd-normalize', '-2', 'x' ], qr/--embd-normalize must be -1/ ],
+        [ [ 'embed', '-m', $model, '--file', 'x.txt', 'y' ], qr/give the texts once/ ],
+        [ [ 'rerank', '-m', $model, 'doc' ], qr/rerank needs --query TEXT/ ],
+        [ [qw(rerank --query q doc)], qr/rerank needs a model/ ])
     {
         my ($args, $re) = @$case;
         my ($out, $err, $status) = lugh(undef, @$args);
@@ -76,7 +84,12 @@ subtest 'runtime errors: one line, status 1' => sub {
             [ [ 'generate', '--lora', '/no/such/adapter.gguf', model_path('smollm2-135m-q4_1'), 'hi' ],
                 qr/Lugh::LoRA->new: cannot read '\/no\/such\/adapter\.gguf'/ ],
             [ [ 'generate', '--rope-scaling', 'dynamic', model_path('smollm2-135m-q4_1'), 'hi' ],
-                qr/Unknown scaling_type 'dynamic'/ ]) : ()))
+                qr/Unknown scaling_type 'dynamic'/ ],
+            [ [ 'embed', '-m', model_path('smollm2-135m-q4_1'), 'a', '' ], qr/text 2 \(an argument\) is empty/ ],
+            [ [ 'rerank', '-m', model_path('smollm2-135m-q4_1'), '--query', '', 'doc' ], qr/the query is empty/ ],
+            [ [ 'rerank', '-m', model_path('smollm2-135m-q4_1'), '--query', 'q', 'doc' ],
+                qr/llama model has no classification head .*it cannot rerank/ ]) : ()),
+        [ [ 'embed', '-m', "$dir/bad.gguf", 'x' ], qr/bad\.gguf/ ])
     {
         my ($args, $re) = @$case;
         my ($out, $err, $status) = lugh(undef, @$args);
@@ -127,12 +140,95 @@ SKIP: {
         ($out, $err) = lugh(undef, @g, '--verbose', 'Hello');
         like($err, qr/\Alugh: \d+ tokens, stopped at the/, '--verbose says why it stopped and how fast');
     };
+    subtest 'embed' => sub {
+        require Lugh;
+        my $inf = Lugh::Inference->new(model => Lugh::Model->new(model => $model));
+        my @texts = ('The capital of France', 'Ünïcödé café ☕');
+        my ($out, $err, $status) = lugh(undef, 'embed', '-m', $model, @texts);
+        is($status, 0, 'status 0');
+        is($err, '', 'nothing on stderr');
+        my @lines = split /\n/, $out;
+        is(scalar @lines, 2, 'a line a text');
+        my @want = $inf->embed_batch(\@texts);
+        for my $i (0 .. 1) {
+            my $got = JSON::PP->new->decode($lines[$i]);
+            is(scalar @$got, $inf->model->n_embd, "text $i: n_embd numbers");
+            is(max_diff($got, $want[$i]), 0, "text $i: the API's vector (mean pooling, unit length)");
+        }
+        my ($json) = lugh(undef, 'embed', '--json', '-m', $model, @texts);
+        my $doc = JSON::PP->new->decode($json);
+        is_deeply([ map { $_->{index} } @{ $doc->{data} } ], [ 0, 1 ], '--json: one document, llama-embedding\'s shape');
+        is(max_diff($doc->{data}[1]{embedding}, $want[1]), 0, '--json: the same vectors');
+        my ($stdin) = lugh(join("\n", @texts) . "\n", 'embed', '-m', $model, '-');
+        is($stdin, $out, 'the texts from standard input, one a line');
+        my $dir = tempdir(CLEANUP => 1);
+        open my $fh, '>:raw', "$dir/texts.txt" or die $!;
+        print {$fh} map { my $t = "$_\n"; utf8::encode($t); $t } @texts;
+        close $fh;
+        my ($file) = lugh(undef, 'embed', '-m', $model, '--file', "$dir/texts.txt");
+        is($file, $out, '--file');
+        open $fh, '>:raw', "$dir/gap.txt" or die $!;
+        print {$fh} "one\n\nthree\n";
+        close $fh;
+        (undef, $err, $status) = lugh(undef, 'embed', '-m', $model, '--file', "$dir/gap.txt");
+        is($status, 1, 'an empty line: status 1');
+        like($err, qr/\Alugh: line 2 of \S+gap\.txt is empty\n\z/, '... naming the line');
+        my ($raw) = lugh(undef, qw(embed --pooling last --embd-normalize -1 -m), $model, $texts[0]);
+        my $last = $inf->embed($texts[0], pooling => 'last', normalize => 0);
+        is(max_diff(JSON::PP->new->decode($raw), $last), 0, '--pooling last --embd-normalize -1');
+        my ($taxicab) = lugh(undef, qw(embed --embd-normalize 1 -m), $model, $texts[0]);
+        my $sum = 0;
+        $sum += abs for @{ JSON::PP->new->decode($taxicab) };
+        ok(abs($sum - 1) < 1e-5, "--embd-normalize 1: taxicab length 1 ($sum)");
+        my ($tokens) = lugh(undef, qw(embed --pooling none -m), $model, 'a b c');
+        my $rows = JSON::PP->new->decode($tokens);
+        is(scalar @$rows, scalar @{ $inf->embed('a b c', pooling => 'none') }, '--pooling none: a vector a token');
+    };
     subtest 'chat without a terminal' => sub {
         my ($out, $err, $status) = lugh("What is 2+2?\n/save /dev/null\n", qw(chat --greedy --max-tokens 16), $model);
         is($status, 0, 'status 0');
         like($out, qr/\S.*\n\[saved 2 messages to \/dev\/null\]\n\z/s, 'a reply per line read, then /save');
         is($err, '', 'no errors');
     };
+}
+
+SKIP: {
+    my $dir = tempdir(CLEANUP => 1);
+    my $models = arch_models($dir, 1, 'bert');
+    skip "no random-weight reranker: $models", 1 unless ref $models;
+    subtest 'rerank' => sub {
+        require Lugh;
+        my $inf = Lugh::Inference->new(model => Lugh::Model->new(model => $models->{bert}));
+        my @docs = ('The giant panda is a bear of China.', 'Paris is in France.');
+        my $want = $inf->rerank(query => 'what is a panda?', documents => \@docs);
+        my ($out, $err, $status) = lugh(undef, 'rerank', '-m', $models->{bert}, '--query', 'what is a panda?', @docs);
+        is($status, 0, 'status 0');
+        is($err, '', 'nothing on stderr');
+        is(max_diff([ split /\n/, $out ], $want), 0, 'a score a line, as the API gives them');
+        my ($json) = lugh(undef, 'rerank', '--json', '-m', $models->{bert}, '-q', 'what is a panda?', @docs);
+        my $doc = JSON::PP->new->decode($json);
+        is_deeply([ map { $_->{document} } @{ $doc->{results} } ], \@docs, '--json: the documents in order');
+        is(max_diff([ map { $_->{relevance_score} } @{ $doc->{results} } ], $want), 0, '--json: the scores');
+        my ($rank) = lugh(undef, qw(embed --pooling rank -m), $models->{bert}, "what is a panda?\t$docs[0]");
+        is(max_diff(JSON::PP->new->decode($rank), [ $want->[0] ]), 0, 'embed --pooling rank: QUERY<TAB>DOCUMENT');
+        (undef, $err, $status) = lugh(undef, qw(embed --pooling rank -m), $models->{bert}, 'no tab');
+        is($status, 1, 'rank pooling without a separator: status 1');
+        like($err, qr/\Alugh: 'no tab' has no query and document separated by --cls-separator\n\z/, '... says so');
+    };
+}
+
+# The largest difference between two lists of numbers, beyond the f32
+# rounding of the printed ones.
+sub max_diff {
+    my ($got, $want) = @_;
+    return 1e9 unless @$got == @$want;
+    my $worst = 0;
+    for my $i (0 .. $#$want) {
+        my $d = abs($got->[$i] - $want->[$i]);
+        $d = 0 if $d <= 1e-7 * (1 + abs $want->[$i]);
+        $worst = $d if $d > $worst;
+    }
+    return $worst;
 }
 
 done_testing;

@@ -14,11 +14,11 @@ use crate::engine::ggml::ops::row_size;
 use crate::engine::ggml::ops::{GraphCtx, RopeParams, Tensor, GGML_TYPE_F16, GGML_TYPE_F32};
 use crate::engine::model::arch::Rope;
 use crate::engine::model::arch::{Activation, ArchSpec, HParams};
-use crate::engine::model::arch::{ExpertGating, Experts, Norm, QkNorm, RopeFactors, SwaRope};
+use crate::engine::model::arch::{ExpertGating, Norm, QkNorm, RopeFactors, SwaRope};
 use crate::engine::model::rope::RopeSettings;
 use crate::engine::model::weights::{
-    AttnWeights, DeltaNetWeights, ExpertsUp, Ffn, FfnWeights, LatentQ, LatentWeights, LayerWeights, Mixer,
-    ModelWeights, MoeWeights, QkvWeights, ShortConvWeights,
+    AttnWeights, DeltaNetWeights, DenseAndExperts, ExpertsUp, Ffn, FfnWeights, LatentQ, LatentWeights, LayerWeights,
+    Mixer, ModelWeights, MoeWeights, QkvWeights, ShortConvWeights,
 };
 use crate::engine::{Error, Result};
 use std::sync::Arc;
@@ -200,10 +200,7 @@ impl Blueprint<'_> {
                 None if self.spec.ffn_norm_optional => attn_in,
                 None => ffn_inp,
             };
-            let mut cur = match &layer.ffn {
-                Ffn::Dense(w) => b.ffn(cur, w, il),
-                Ffn::Moe(w) => b.moe_ffn(cur, w, il),
-            };
+            let mut cur = b.ffn_block(&layer.ffn, cur, ffn_inp, il);
             name(cur, "ffn_out", Some(il));
             if let Some(post) = layer.ffn_post_norm {
                 cur = b.norm(cur, Some(post), "ffn_post_norm", Some(il));
@@ -1029,10 +1026,7 @@ impl Builder<'_, '_> {
         }
         let (w, b) = layer.attn_out_norm.expect("an encoder layer has its attention output norm");
         let ffn_inp = self.norm_biased(g.add(cur, residual), Some(w), Some(b), "ffn_inp", Some(il));
-        let cur = match &layer.ffn {
-            Ffn::Dense(w) => self.ffn(ffn_inp, w, il),
-            Ffn::Moe(w) => self.moe_ffn(ffn_inp, w, il),
-        };
+        let cur = self.ffn_block(&layer.ffn, ffn_inp, ffn_inp, il);
         name(cur, "ffn_out", Some(il));
         let (w, b) = layer.layer_out_norm.expect("an encoder layer has its output norm");
         self.norm_biased(g.add(cur, ffn_inp), Some(w), Some(b), "l_out", Some(il))
@@ -1094,30 +1088,74 @@ impl Builder<'_, '_> {
             attn_norm = g.get_rows(attn_norm, rows);
         }
         let attn_out = cur;
-        let ffn_out = match &layer.ffn {
-            Ffn::Dense(w) => self.ffn(attn_norm, w, il),
-            Ffn::Moe(w) => self.moe_ffn(attn_norm, w, il),
-        };
+        let ffn_out = self.ffn_block(&layer.ffn, attn_norm, residual, il);
         name(ffn_out, "ffn_out", Some(il));
         let out = g.add(g.add(ffn_out, attn_out), residual);
         name(out, "l_out", Some(il));
         out
     }
 
+    /// A layer's feed-forward block over `x`, its normed input; `block_in`
+    /// is the residual stream it was normed from (Gemma 4's experts and
+    /// router read it).
+    fn ffn_block(&self, ffn: &Ffn, x: Tensor, block_in: Tensor, il: usize) -> Tensor {
+        match ffn {
+            Ffn::Dense(w) => self.ffn(x, w, il),
+            Ffn::Moe(w) => self.moe_ffn(x, block_in, w, il),
+            Ffn::DenseAndMoe(w) => self.dense_and_moe(x, block_in, w, il),
+        }
+    }
+
+    /// Gemma 4's MoE block: the dense FFN over `x` and the experts over
+    /// their own norm of `block_in`, each output normed, then added.
+    fn dense_and_moe(&self, x: Tensor, block_in: Tensor, w: &DenseAndExperts, il: usize) -> Tensor {
+        let dense = self.ffn(x, &w.dense, il);
+        let dense = self.norm(dense, Some(w.dense_post_norm), "ffn_mlp", Some(il));
+        let experts_in = self.norm(block_in, Some(w.experts_norm), "ffn_norm_2", Some(il));
+        let experts = self.moe_ffn(experts_in, block_in, &w.experts, il);
+        let experts = self.norm(experts, Some(w.experts_post_norm), "ffn_moe", Some(il));
+        let out = self.g.add(dense, experts);
+        name(out, "ffn_moe_combined", Some(il));
+        out
+    }
+
+    /// The router's logits [n_expert, n] for the experts' input `x`; with
+    /// router_scaled_rms, from `block_in` RMS-normed without a weight, times
+    /// 1/sqrt(n_embd) and the router's own factor (Gemma 4).
+    fn router_logits(&self, x: Tensor, block_in: Tensor, w: &MoeWeights) -> Tensor {
+        let (g, hp) = (self.g, self.bp.hp);
+        if !self.bp.spec.router_scaled_rms {
+            return self.mm(w.gate_inp, x);
+        }
+        let normed = g.scale(g.rms_norm(block_in, hp.norm_eps), 1.0 / (hp.n_embd as f32).sqrt());
+        let scale = w.router_scale.expect("the weight table requires the router's scale");
+        self.mm(w.gate_inp, g.mul(normed, scale))
+    }
+
+    /// An expert product [m, n_used, n] times each chosen expert's factor
+    /// from `scale` [n_expert] (llama.cpp's build_lora_mm_id with a scale).
+    fn per_expert_scaled(&self, product: Tensor, scale: Tensor, selected: Tensor) -> Tensor {
+        let g = self.g;
+        let (n_expert, n) = (scale.ne()[0], product.ne()[2]);
+        let every = g.new_tensor(scale.type_id(), &[1, n_expert, n]);
+        let per_token = g.repeat(g.reshape_3d(scale, 1, n_expert, 1), every);
+        g.mul(product, g.get_rows(per_token, selected)) // [1, n_used, n] broadcast
+    }
+
     /// A mixture-of-experts block (llama.cpp's build_moe_ffn with softmax
     /// routing): each token's top n_expert_used experts by router
     /// probability, their outputs weighted by those probabilities
     /// (renormalised to sum 1 where the row says so) and summed, plus the
-    /// sigmoid-gated shared expert if any.
-    fn moe_ffn(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+    /// sigmoid-gated shared expert if any. `block_in`: see ffn_block.
+    fn moe_ffn(&self, x: Tensor, block_in: Tensor, w: &MoeWeights, il: usize) -> Tensor {
         if self.bp.differentiable {
-            return self.moe_ffn_dense(x, w, il);
+            return self.moe_ffn_dense(x, block_in, w, il);
         }
         let (g, hp) = (self.g, self.bp.hp);
         // the rows of x: in the last layer only the output rows
         let n = x.ne()[1];
         let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
-        let mut logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        let mut logits = self.router_logits(x, block_in, w); // [n_expert, n]
         name(logits, "ffn_moe_logits", Some(il));
         if let Some(bias) = w.biases.as_ref().map(|b| b.gate_inp) {
             logits = g.add(logits, bias);
@@ -1190,6 +1228,9 @@ impl Builder<'_, '_> {
             (None, _, _) => g.silu(up),
         };
         let mut down = g.mul_mat_id(w.down_exps, act, selected); // [n_embd, n_used, n]
+        if let Some(scale) = w.down_exps_scale {
+            down = self.per_expert_scaled(down, scale, selected);
+        }
         if let Some(b) = &w.biases {
             down = g.add_id(down, b.down_exps, selected);
         }
@@ -1266,11 +1307,11 @@ impl Builder<'_, '_> {
     /// the token's n_expert_used most probable and by 0 elsewhere. The same
     /// function as moe_ffn (but for ties at the cut), at n_expert/n_used
     /// times the work.
-    fn moe_ffn_dense(&self, x: Tensor, w: &MoeWeights, il: usize) -> Tensor {
+    fn moe_ffn_dense(&self, x: Tensor, block_in: Tensor, w: &MoeWeights, il: usize) -> Tensor {
         let (g, hp) = (self.g, self.bp.hp);
         let n = x.ne()[1];
         let (n_expert, n_used) = (hp.n_expert as i64, hp.n_expert_used as i64);
-        let logits = self.mm(w.gate_inp, x); // [n_expert, n]
+        let logits = self.router_logits(x, block_in, w); // [n_expert, n]
         let probs = g.soft_max(logits);
         // an expert is chosen where fewer than n_used others are more
         // probable: count them by comparing every pair (STEP has no
@@ -1282,11 +1323,7 @@ impl Builder<'_, '_> {
         let ahead = g.reshape_2d(g.sum_rows(more_probable), n_expert, n);
         let chosen = g.step(g.scale_bias(ahead, -1.0, n_used as f32 - 0.5));
         let mut weights = g.mul(probs, chosen);
-        let renormalize = match self.bp.spec.experts {
-            Experts::Always { renormalize, .. } => renormalize,
-            _ => true,
-        };
-        if renormalize {
+        if self.bp.hp.routing.normalize {
             weights = g.div(weights, g.repeat(g.sum_rows(weights), weights));
         }
         let expert = |t: Tensor, e: i64| {
@@ -1311,7 +1348,10 @@ impl Builder<'_, '_> {
                 (Some(gate), Activation::GeGlu | Activation::Gelu) => g.mul(self.gelu(gate), up),
                 (None, _) => g.silu(up),
             };
-            let y = g.mul_mat(expert(w.down_exps, e), act); // [n_embd, n]
+            let mut y = g.mul_mat(expert(w.down_exps, e), act); // [n_embd, n]
+            if let Some(scale) = w.down_exps_scale {
+                y = g.mul(y, g.repeat(g.view_2d(scale, [1, 1], scale.nb()[1], e as usize * 4), y));
+            }
             let weight = g.view_2d(weights, [1, n], weights.nb()[1], e as usize * 4);
             let y = g.mul(y, g.repeat(weight, y));
             out = Some(match out {

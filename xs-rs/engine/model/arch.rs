@@ -82,11 +82,25 @@ pub enum Experts {
     /// Experts when the file's `expert_count` is above 0 (Mixtral in the
     /// llama row); each expert is n_ff wide.
     WhenCounted,
+    /// Experts when the file's `expert_count` is above 0, each
+    /// `expert_feed_forward_length` wide (required then), the chosen
+    /// experts' weights divided by their sum (Gemma 4's MoE variant).
+    WhenCountedOwnWidth,
     /// Always experts, `expert_feed_forward_length` wide (default n_ff /
     /// expert_used_count); `renormalize`: the chosen experts' weights are
     /// divided by their sum; `shared`: a shared expert gated by a sigmoid
     /// (Qwen2-MoE).
     Always { renormalize: bool, shared: bool },
+}
+
+impl Experts {
+    /// Whether the chosen experts' weights are divided by their sum.
+    pub fn renormalized(self) -> bool {
+        match self {
+            Experts::Always { renormalize, .. } => renormalize,
+            Experts::None | Experts::WhenCounted | Experts::WhenCountedOwnWidth => true,
+        }
+    }
 }
 
 /// What mixes tokens in the layers that do not attend (the file says which
@@ -276,6 +290,15 @@ pub struct ArchSpec {
     /// earlier layer of their kind, V RMS-normed without a weight, an
     /// attention scale of 1, and `layer_output_scale` on each layer's output.
     pub gemma4_layers: bool,
+    /// A MoE layer keeps its dense FFN (input norm `ffn_norm`, its output
+    /// normed by `post_ffw_norm_1`) beside the experts (input norm
+    /// `pre_ffw_norm_2`, output norm `post_ffw_norm_2`); the two outputs are
+    /// added before `post_ffw_norm` (Gemma 4's MoE variant).
+    pub dense_beside_experts: bool,
+    /// The router reads the FFN block's input (the residual stream, not the
+    /// experts' normed input) RMS-normed without a weight, times
+    /// 1/sqrt(n_embd) and `ffn_gate_inp.scale` [n_embd] (Gemma 4).
+    pub router_scaled_rms: bool,
     /// DeepSeek's multi-head latent attention: Q through a low-rank
     /// projection (`attn_q_a`, its norm, `attn_q_b`; or one `attn_q`), K
     /// and V compressed into one latent per token (`attn_kv_a_mqa`, its
@@ -366,6 +389,8 @@ const LLAMA: ArchSpec = ArchSpec {
     latent_attention: false,
     shared_expert_gated: true,
     routing_keys: false,
+    dense_beside_experts: false,
+    router_scaled_rms: false,
 };
 
 /// Gemma 3, which Gemma 2 changes.
@@ -580,6 +605,9 @@ pub const ARCHITECTURES: &[ArchSpec] = &[
         output: OutputWeight::OwnOrEmbd,
         outputs_after_norm: true,
         gemma4_layers: true,
+        experts: Experts::WhenCountedOwnWidth,
+        dense_beside_experts: true,
+        router_scaled_rms: true,
         ..GEMMA3
     },
     ArchSpec {
@@ -1109,10 +1137,7 @@ impl HParams {
         };
         let mut routing = Routing {
             gating: spec.expert_gating,
-            normalize: match spec.experts {
-                Experts::Always { renormalize, .. } => renormalize,
-                _ => true,
-            },
+            normalize: spec.experts.renormalized(),
             scale: 0.0,
             n_groups: 0,
             n_groups_used: 0,
@@ -1412,19 +1437,8 @@ impl ArchKeys<'_> {
         Ok((0..n_layer).map(|il| (il + 1) % interval != 0).collect())
     }
 
-    /// Gemma 4's per-layer sizes (see `PerLayerDims`), refusing its MoE
-    /// variants (not supported yet).
+    /// Gemma 4's per-layer sizes (see `PerLayerDims`).
     fn gemma4_dims(&self, n_layer: usize, n_head: usize, head_dim_k: usize, head_dim_v: usize) -> Result<PerLayerDims> {
-        if self.count("expert_count") > 0 {
-            return Err(Error::Invalid {
-                path: self.model.path().clone(),
-                what: format!(
-                    "this Gemma 4 model has experts (the MoE variants), which Lugh does not support yet \
-                     (architecture {})",
-                    self.arch
-                ),
-            });
-        }
         let shared = self.count("attention.shared_kv_layers");
         if shared > 0 && shared + 2 > n_layer {
             return Err(Error::Corrupt {
@@ -1502,6 +1516,13 @@ impl ArchKeys<'_> {
         match experts {
             Experts::None => {}
             Experts::WhenCounted => n_ff_exp = n_ff,
+            Experts::WhenCountedOwnWidth if n_expert > 0 => {
+                n_ff_exp = self.count("expert_feed_forward_length");
+                if n_ff_exp == 0 {
+                    return Err(self.missing("expert_feed_forward_length"));
+                }
+            }
+            Experts::WhenCountedOwnWidth => {}
             Experts::Always { shared, .. } => {
                 if n_expert == 0 || n_expert_used == 0 {
                     return Err(self.missing(if n_expert == 0 { "expert_count" } else { "expert_used_count" }));

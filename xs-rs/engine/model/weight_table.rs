@@ -31,6 +31,11 @@ pub enum TensorKind {
     FfnUp,
     FfnDown,
     FfnPostNorm,
+    /// Gemma 4's MoE layers: the dense FFN's output norm, and the experts'
+    /// input and output norms.
+    FfnPostNorm1,
+    FfnPreNorm2,
+    FfnPostNorm2,
     FfnGateInp,
     FfnGateExps,
     FfnUpExps,
@@ -126,6 +131,9 @@ impl TensorKind {
             FfnUp => "ffn_up",
             FfnDown => "ffn_down",
             FfnPostNorm => "post_ffw_norm",
+            FfnPostNorm1 => "post_ffw_norm_1",
+            FfnPreNorm2 => "pre_ffw_norm_2",
+            FfnPostNorm2 => "post_ffw_norm_2",
             FfnGateInp => "ffn_gate_inp",
             FfnGateExps => "ffn_gate_exps",
             FfnUpExps => "ffn_up_exps",
@@ -206,6 +214,8 @@ pub enum Suffix {
     Bias,
     /// No suffix (`blk.N.ssm_a`).
     Bare,
+    /// A factor on a weight's input or product (`blk.N.ffn_gate_inp.scale`).
+    Scale,
 }
 
 impl Suffix {
@@ -214,6 +224,7 @@ impl Suffix {
             Suffix::Weight => "weight",
             Suffix::Bias => "bias",
             Suffix::Bare => "",
+            Suffix::Scale => "scale",
         }
     }
 }
@@ -445,6 +456,11 @@ impl Conditions<'_> {
         }
     }
 
+    /// A dense FFN in this layer: where there are no experts, or beside them.
+    fn dense_ffn(&self) -> bool {
+        !self.experts() || self.spec.dense_beside_experts
+    }
+
     fn layer_norm(&self) -> bool {
         self.spec.norm == Norm::Layer
     }
@@ -549,7 +565,7 @@ const fn row(
 use Dim::*;
 use Need::{Optional, Required, Skip};
 use Scope::{AllLayers, Input, Layer};
-use Suffix::{Bare, Bias, Weight};
+use Suffix::{Bare, Bias, Scale, Weight};
 use TensorKind as K;
 use WeightOp::{Add, GetRows, Mul, MulMat, MulMatId};
 
@@ -635,6 +651,11 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::FfnExpProbsB, Bias, Layer, &[ExpertCount], Add, |c| {
         Need::when(c.experts() && c.spec.routing_keys, Optional)
     }),
+    // Gemma 4: the router's input factor, and the norms around its dense FFN and experts
+    row(K::FfnGateInp, Scale, Layer, &[Embd], Mul, |c| Need::when(c.experts() && c.spec.router_scaled_rms, Required)),
+    row(K::FfnPreNorm2, Weight, Layer, &[Embd], Mul, dense_beside_experts),
+    row(K::FfnPostNorm1, Weight, Layer, &[Embd], Mul, dense_beside_experts),
+    row(K::FfnPostNorm2, Weight, Layer, &[Embd], Mul, dense_beside_experts),
     // llama.cpp's create_tensor_gate_up_exps: the fused pair if the file has it
     row(K::FfnGateUpExps, Weight, Layer, &[Embd, FfExpTwice, ExpertCount], MulMatId, |c| {
         Need::when(c.experts(), Optional)
@@ -650,6 +671,9 @@ pub const WEIGHTS: &[WeightRow] = &[
         Need::when(c.experts() && !c.found.has(K::FfnGateUpExps), Required)
     }),
     row(K::FfnDownExps, Weight, Layer, &[FfExp, Embd, ExpertCount], MulMatId, |c| Need::when(c.experts(), Required)),
+    // a factor per expert on its output, where the file has one (Gemma 4's
+    // per_expert_scale; llama.cpp reads it for every architecture)
+    row(K::FfnDownExps, Scale, Layer, &[ExpertCount], Mul, |c| Need::when(c.experts(), Optional)),
     // gpt-oss: the router's and the experts' biases
     row(K::FfnGateInp, Bias, Layer, &[ExpertCount], Add, expert_bias),
     row(K::FfnGateExps, Bias, Layer, &[FfExp, ExpertCount], Add, expert_bias),
@@ -657,10 +681,10 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::FfnDownExps, Bias, Layer, &[Embd, ExpertCount], Add, expert_bias),
     row(K::AttnSinks, Weight, Layer, &[Heads], Mul, |c| Need::when(c.spec.attn_sinks, Required)),
     row(K::FfnGate, Weight, Layer, &[Embd, Ff], MulMat, |c| {
-        Need::when(!c.experts() && c.spec.act != Activation::Gelu && !c.spec.fused_ffn_up, Required)
+        Need::when(c.dense_ffn() && c.spec.act != Activation::Gelu && !c.spec.fused_ffn_up, Required)
     }),
-    row(K::FfnUp, Weight, Layer, &[Embd, FfUp], MulMat, |c| Need::when(!c.experts(), Required)),
-    row(K::FfnDown, Weight, Layer, &[Ff, Embd], MulMat, |c| Need::when(!c.experts(), Required)),
+    row(K::FfnUp, Weight, Layer, &[Embd, FfUp], MulMat, |c| Need::when(c.dense_ffn(), Required)),
+    row(K::FfnDown, Weight, Layer, &[Ff, Embd], MulMat, |c| Need::when(c.dense_ffn(), Required)),
     row(K::FfnUp, Bias, Layer, &[FfUp], Add, |c| Need::when(!c.experts(), dense_bias(c))),
     row(K::FfnDown, Bias, Layer, &[Embd], Add, |c| Need::when(!c.experts(), dense_bias(c))),
     row(K::AttnNorm, Bias, Layer, &[Embd], Add, |c| Need::when(c.layer_norm() && c.spec.pre_norms, Required)),
@@ -711,6 +735,11 @@ pub const WEIGHTS: &[WeightRow] = &[
     row(K::PerLayerProj, Weight, Layer, &[EmbdPerLayer, Embd], MulMat, |c| c.per_layer_inputs()),
     row(K::PerLayerPostNorm, Weight, Layer, &[Embd], Mul, |c| c.per_layer_inputs()),
 ];
+
+/// The norms of Gemma 4's MoE layers, around its dense FFN and its experts.
+fn dense_beside_experts(c: &Conditions) -> Need {
+    Need::when(c.experts() && c.spec.dense_beside_experts, Required)
+}
 
 /// gpt-oss's biases of the router and the experts.
 fn expert_bias(c: &Conditions) -> Need {

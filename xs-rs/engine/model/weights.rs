@@ -132,6 +132,21 @@ pub struct MoeWeights {
     /// A bias of each expert's score when choosing them, not when
     /// weighing them (DeepSeek-V3's `exp_probs_b`) [n_expert].
     pub selection_bias: Option<Tensor>,
+    /// The factor [n_embd] on the router's normed input (Gemma 4's
+    /// `ffn_gate_inp.scale`).
+    pub router_scale: Option<Tensor>,
+    /// A factor per expert [n_expert] on its output (`ffn_down_exps.scale`).
+    pub down_exps_scale: Option<Tensor>,
+}
+
+/// Gemma 4's MoE layer: its dense FFN and the experts side by side, each
+/// with its own norms (the FFN's input norm is the layer's `ffn_norm`).
+pub struct DenseAndExperts {
+    pub dense: FfnWeights,
+    pub dense_post_norm: Tensor, // [n_embd] post_ffw_norm_1
+    pub experts: MoeWeights,
+    pub experts_norm: Tensor,      // [n_embd] pre_ffw_norm_2
+    pub experts_post_norm: Tensor, // [n_embd] post_ffw_norm_2
 }
 
 /// gpt-oss's biases of a mixture of experts.
@@ -156,6 +171,7 @@ pub enum ExpertsUp {
 pub enum Ffn {
     Dense(FfnWeights),
     Moe(MoeWeights),
+    DenseAndMoe(Box<DenseAndExperts>),
 }
 
 pub struct LayerWeights {
@@ -552,41 +568,64 @@ impl ReadWeights<'_> {
 
     fn ffn(&self) -> Ffn {
         use TensorKind::*;
-        match self.weight(FfnGateInp) {
-            Some(gate_inp) => Ffn::Moe(MoeWeights {
-                gate_inp,
-                gate_exps: self.weight(FfnGateExps),
-                up_exps: match self.weight(FfnGateUpExps) {
-                    Some(fused) => ExpertsUp::GateUp(fused),
-                    None => ExpertsUp::Up(self.required(FfnUpExps)),
-                },
-                down_exps: self.required(FfnDownExps),
-                shared: self.weight(FfnUpShexp).map(|up| {
-                    let shexp = FfnWeights {
-                        gate: Some(self.required(FfnGateShexp)),
-                        up,
-                        down: self.required(FfnDownShexp),
-                        up_b: None,
-                        down_b: None,
-                    };
-                    (self.weight(FfnGateInpShexp), shexp)
-                }),
-                selection_bias: self.bias(FfnExpProbsB),
-                biases: self.bias(FfnGateInp).map(|gate_inp| ExpertBiases {
-                    gate_inp,
-                    gate_exps: self.bias(FfnGateExps).expect("required with the router's bias"),
-                    up_exps: self.bias(FfnUpExps).expect("required with the router's bias"),
-                    down_exps: self.bias(FfnDownExps).expect("required with the router's bias"),
-                }),
-            }),
-            None => Ffn::Dense(FfnWeights {
-                gate: self.weight(FfnGate),
-                up: self.required(FfnUp),
-                down: self.required(FfnDown),
-                up_b: self.bias(FfnUp),
-                down_b: self.bias(FfnDown),
-            }),
+        let Some(experts) = self.experts() else {
+            return Ffn::Dense(self.dense_ffn());
+        };
+        match self.weight(FfnPreNorm2) {
+            Some(experts_norm) => Ffn::DenseAndMoe(Box::new(DenseAndExperts {
+                dense: self.dense_ffn(),
+                dense_post_norm: self.required(FfnPostNorm1),
+                experts,
+                experts_norm,
+                experts_post_norm: self.required(FfnPostNorm2),
+            })),
+            None => Ffn::Moe(experts),
         }
+    }
+
+    fn dense_ffn(&self) -> FfnWeights {
+        use TensorKind::*;
+        FfnWeights {
+            gate: self.weight(FfnGate),
+            up: self.required(FfnUp),
+            down: self.required(FfnDown),
+            up_b: self.bias(FfnUp),
+            down_b: self.bias(FfnDown),
+        }
+    }
+
+    /// The layer's experts, if it has a router.
+    fn experts(&self) -> Option<MoeWeights> {
+        use TensorKind::*;
+        let gate_inp = self.weight(FfnGateInp)?;
+        Some(MoeWeights {
+            gate_inp,
+            gate_exps: self.weight(FfnGateExps),
+            up_exps: match self.weight(FfnGateUpExps) {
+                Some(fused) => ExpertsUp::GateUp(fused),
+                None => ExpertsUp::Up(self.required(FfnUpExps)),
+            },
+            down_exps: self.required(FfnDownExps),
+            shared: self.weight(FfnUpShexp).map(|up| {
+                let shexp = FfnWeights {
+                    gate: Some(self.required(FfnGateShexp)),
+                    up,
+                    down: self.required(FfnDownShexp),
+                    up_b: None,
+                    down_b: None,
+                };
+                (self.weight(FfnGateInpShexp), shexp)
+            }),
+            biases: self.bias(FfnGateInp).map(|gate_inp| ExpertBiases {
+                gate_inp,
+                gate_exps: self.bias(FfnGateExps).expect("required with the router's bias"),
+                up_exps: self.bias(FfnUpExps).expect("required with the router's bias"),
+                down_exps: self.bias(FfnDownExps).expect("required with the router's bias"),
+            }),
+            router_scale: self.get(FfnGateInp, Suffix::Scale),
+            down_exps_scale: self.get(FfnDownExps, Suffix::Scale),
+            selection_bias: self.bias(FfnExpProbsB),
+        })
     }
 }
 
@@ -602,6 +641,25 @@ impl ModelWeights {
             down: t(f.down),
             up_b: o(f.up_b),
             down_b: o(f.down_b),
+        };
+        let moe = |m: &MoeWeights| MoeWeights {
+            gate_inp: t(m.gate_inp),
+            gate_exps: o(m.gate_exps),
+            up_exps: match m.up_exps {
+                ExpertsUp::Up(up) => ExpertsUp::Up(t(up)),
+                ExpertsUp::GateUp(fused) => ExpertsUp::GateUp(t(fused)),
+            },
+            down_exps: t(m.down_exps),
+            shared: m.shared.as_ref().map(|(g, f)| (o(*g), ffn(f))),
+            biases: m.biases.map(|b| ExpertBiases {
+                gate_inp: t(b.gate_inp),
+                gate_exps: t(b.gate_exps),
+                up_exps: t(b.up_exps),
+                down_exps: t(b.down_exps),
+            }),
+            router_scale: o(m.router_scale),
+            down_exps_scale: o(m.down_exps_scale),
+            selection_bias: o(m.selection_bias),
         };
         let layers = self
             .layers
@@ -663,23 +721,14 @@ impl ModelWeights {
                 ffn_norm_b: o(l.ffn_norm_b),
                 ffn: match &l.ffn {
                     Ffn::Dense(f) => Ffn::Dense(ffn(f)),
-                    Ffn::Moe(m) => Ffn::Moe(MoeWeights {
-                        gate_inp: t(m.gate_inp),
-                        gate_exps: o(m.gate_exps),
-                        up_exps: match m.up_exps {
-                            ExpertsUp::Up(up) => ExpertsUp::Up(t(up)),
-                            ExpertsUp::GateUp(fused) => ExpertsUp::GateUp(t(fused)),
-                        },
-                        down_exps: t(m.down_exps),
-                        shared: m.shared.as_ref().map(|(g, f)| (o(*g), ffn(f))),
-                        selection_bias: o(m.selection_bias),
-                        biases: m.biases.map(|b| ExpertBiases {
-                            gate_inp: t(b.gate_inp),
-                            gate_exps: t(b.gate_exps),
-                            up_exps: t(b.up_exps),
-                            down_exps: t(b.down_exps),
-                        }),
-                    }),
+                    Ffn::Moe(m) => Ffn::Moe(moe(m)),
+                    Ffn::DenseAndMoe(b) => Ffn::DenseAndMoe(Box::new(DenseAndExperts {
+                        dense: ffn(&b.dense),
+                        dense_post_norm: t(b.dense_post_norm),
+                        experts: moe(&b.experts),
+                        experts_norm: t(b.experts_norm),
+                        experts_post_norm: t(b.experts_post_norm),
+                    })),
                 },
                 ffn_post_norm: o(l.ffn_post_norm),
                 attn_out_norm: l.attn_out_norm.map(|(w, b)| (t(w), t(b))),
