@@ -184,9 +184,10 @@ impl Batch {
         self.queue.is_empty() && self.active() == 0
     }
 
-    /// Whether [`Batch::add`] would refuse for want of room.
+    /// Whether [`Batch::add`] would refuse for want of room: every slot
+    /// taken (or promised to a waiting request) and max_queued waiting.
     pub fn is_full(&self) -> bool {
-        self.queue.len() >= self.options.max_queued && self.slots.iter().all(|s| s.running.is_some())
+        self.queue.len() + self.active() >= self.options.n_slots + self.options.max_queued
     }
 
     fn text(&self) -> Option<&dyn TokenText> {
@@ -455,3 +456,7 @@ fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
         (&mut right[0], &mut left[b])
     }
 }
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;
