@@ -117,7 +117,7 @@ Lugh::Batch - many generations at once on one model (continuous batching)
 =head1 SYNOPSIS
 
     use Lugh;
-    my $model = Lugh::Model->new(model => 'smollm2-135m-q4_1.gguf');
+    my $model = Lugh::Model->new(model => 'SmolLM2-135M-Instruct.Q4_1.gguf');
     my $inference = Lugh::Inference->new(model => $model, n_ctx => 512);
     my $batch = Lugh::Batch->new($inference, slots => 4);
     my $id = $batch->add(prompt => 'The capital of France is', max_tokens => 8, greedy => 1,
