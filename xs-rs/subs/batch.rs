@@ -41,7 +41,7 @@ const NEW_OPTIONS: &[Opt<BatchOptions>] = &[
     Opt::<BatchOptions>::new("slots", |perl, sv, o| {
         set(&mut o.n_slots, perl.ranged_arg(sv, "slots", 1, MAX_SLOTS as i64))
     })
-        .with_aliases(&["n_slots", "parallel"]),
+    .with_aliases(&["n_slots", "parallel"]),
     Opt::new("max_queued", |perl, sv, o| set(&mut o.max_queued, perl.ranged_arg(sv, "max_queued", 0, i32::MAX as i64))),
     Opt::new("deterministic", |perl, sv, o| set(&mut o.deterministic, perl.bool_arg(sv, "deterministic"))),
 ];

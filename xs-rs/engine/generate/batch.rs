@@ -140,7 +140,9 @@ pub struct Batch {
     slots: Vec<Slot>,
     queue: VecDeque<Queued>,
     next_seq: SeqId,
-    pool: ComputePool,
+    /// One compute pool, or with `deterministic` one a slot: a pool keeps
+    /// the graph of its last step, which a slot evaluated alone reuses.
+    pools: Vec<ComputePool>,
     logits: Vec<f32>,
 }
 
@@ -160,9 +162,10 @@ impl Batch {
         let slots = (0..options.n_slots)
             .map(|_| Ok(Slot { cache: runner.new_cache()?, running: None }))
             .collect::<Result<Vec<_>>>()?;
-        let pool = runner.new_pool()?;
+        let n_pools = if options.deterministic { options.n_slots } else { 1 };
+        let pools = (0..n_pools).map(|_| runner.new_pool()).collect::<Result<Vec<_>>>()?;
         let vocab = runner.model().vocab().ok();
-        Ok(Batch { inference, vocab, options, slots, queue: VecDeque::new(), next_seq: 1, pool, logits: Vec::new() })
+        Ok(Batch { inference, vocab, options, slots, queue: VecDeque::new(), next_seq: 1, pools, logits: Vec::new() })
     }
 
     pub fn options(&self) -> BatchOptions {
@@ -381,11 +384,12 @@ impl Batch {
                 }
             }
             let runner = &self.inference.runner;
+            let pool = &mut self.pools[if whole { at[0] } else { 0 }];
             match (whole, &mut segs[..]) {
                 (true, [(cache, tokens)]) => {
-                    runner.forward_last_into(cache, tokens, Some(&mut self.pool), &overrides, &mut self.logits)
+                    runner.forward_last_into(cache, tokens, Some(pool), &overrides, &mut self.logits)
                 }
-                _ => runner.forward_segments(&mut segs, Some(&mut self.pool), &overrides, &mut self.logits),
+                _ => runner.forward_segments(&mut segs, Some(pool), &overrides, &mut self.logits),
             }
         };
         let text = self.vocab.as_deref().map(|v| v as &dyn TokenText);

@@ -43,8 +43,7 @@ fn solo(s: &Arc<Inference>, prompt: &[i32], options: &GenerateOptions) -> Vec<i3
 
 /// Runs the batch until idle: each request's tokens, text and Done event.
 fn run(batch: &mut Batch) -> std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)> {
-    let mut out: std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)> =
-        Default::default();
+    let mut out: std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)> = Default::default();
     while !batch.is_idle() {
         for e in batch.step().expect("step") {
             match e {
