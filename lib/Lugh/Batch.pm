@@ -138,12 +138,15 @@ A new request starts from the longest prefix of its prompt that a slot's
 cache holds (the slot's previous conversation, or a system prompt another
 request evaluated), unless it says C<< cache_prompt => 0 >>.
 
-Greedy output equals the request's solo L<Lugh::Inference/generate> on the
-same cache contents. A prompt that continues cells another request evaluated
-can round differently from its solo, uncached run (attention over 64 prompt
-rows or more rounds differently from fewer, as in llama.cpp);
+Batching can change rounding, as in llama-server: rows evaluated beside
+other requests' rows can round differently from a row evaluated alone with
+some weight types (measured: SmolLM2 Q4_1, 8 of 8 prompts over 4 slots equal
+to their solo L<Lugh::Inference/generate>; Qwen2.5-Coder Q4_K_M, 6 of 8, the
+others differing from the 3rd or 4th generated token), and a prompt that
+continues cells another request evaluated rounds as that split does.
 C<< deterministic => 1 >> makes every request's output equal its solo,
-uncached run, at a cost in throughput (every request in a graph of its own).
+uncached run whatever else is served, at a cost in throughput (every request
+in a graph of its own, no prompt cache).
 
 For the common case of a fixed list of requests see
 L<Lugh::Inference/generate_parallel>.

@@ -803,9 +803,11 @@ C<logprobs> entries of L</generate>. Each request takes the options of
 L<Lugh::Batch/add>: a text or token prompt, generate's tuning and sampling
 options, and C<on_token>, called with each token event (a hash with
 C<token> and C<text>; a true return stops that request). A callback that
-dies stops all the requests and the error comes out of the call. Greedy
-results equal each request's solo C<generate>; C<< deterministic => 1 >>
-guarantees it whatever shares the batch (see L<Lugh::Batch>).
+dies stops all the requests and the error comes out of the call. Batching
+can change rounding with some weight types, so greedy results may differ
+from each request's solo C<generate> after a few tokens;
+C<< deterministic => 1 >> makes them equal whatever shares the batch, at a
+cost in throughput (see L<Lugh::Batch>).
 
     my $results = $inference->generate_parallel(
         [ map { { prompt => $_, max_tokens => 3, greedy => 1 } } 'One, two,', 'Red, green,' ], slots => 2);

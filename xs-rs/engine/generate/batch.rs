@@ -13,13 +13,14 @@
 //! `cache_prompt: false`.
 //!
 //! Rounding: a prompt chunk is evaluated with as many rows as its solo run
-//! evaluates it with (whole chunks of n_batch), and Lugh's matrix kernels
-//! compute each row the same whatever the rows beside it, so a sequence's
-//! output equals its solo run on the same cache contents. A prompt that
-//! continues cells evaluated by another request rounds as that split does
-//! (attention over 64 query rows or more rounds differently from fewer, as
-//! in llama.cpp); [`BatchOptions::deterministic`] evaluates every sequence in
-//! a graph of its own on a cleared cache, which is its solo, uncached run.
+//! evaluates it with (whole chunks of n_batch). Rows beside other requests'
+//! rows can still round differently from a row alone with some weight types
+//! (SmolLM2 Q4_1: 8 of 8 prompts equal to their solo runs over 4 slots;
+//! Qwen2.5-Coder Q4_K_M: 6 of 8), and a prompt that continues cells another
+//! request evaluated rounds as that split does (attention over 64 query rows
+//! or more rounds differently from fewer, as in llama.cpp).
+//! [`BatchOptions::deterministic`] evaluates every sequence in a graph of
+//! its own on a cleared cache, which is its solo, uncached run.
 //!
 //! Plain Rust, no Perl: a server thread can own a `Batch` (it is `Send`).
 use crate::engine::forward::runner::{ComputePool, KvCache};
