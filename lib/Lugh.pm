@@ -67,6 +67,7 @@ require Lugh::Grammar;
 require Lugh::LoRA;
 require Lugh::Chat;
 require Lugh::Speculative;
+require Lugh::Batch;
 require Lugh::Context;
 require Lugh::Tensor;
 require Lugh::Ops;

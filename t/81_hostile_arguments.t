@@ -241,6 +241,20 @@ my %CALLS = (
         qw(acceptance_rate draft_type exact init_caches k min_p n_vocab reset reset_stats temperature tokens_accepted
         tokens_drafted top_k top_p total_steps)),
 
+    'Lugh::Inference::generate_parallel' => sub {
+        ($inf, [ { prompt => [ 1, 2, 3 ], max_tokens => 2, greedy => 1, on_token => sub {0} } ], slots => 2)
+    },
+    'Lugh::Batch::new'             => sub { ('Lugh::Batch', $inf, slots => 2, max_queued => 4, deterministic => 0) },
+    'Lugh::Batch::add'             => sub {
+        (Lugh::Batch->new($inf, slots => 1), prompt => [ 1, 2, 3 ], max_tokens => 2, stop => ['x'], on_token => sub {0})
+    },
+    'Lugh::Batch::cancel'          => sub { (Lugh::Batch->new($inf, slots => 1), 1) },
+    (map { my $m = $_; ("Lugh::Batch::$m" => sub {
+        my $b = Lugh::Batch->new($inf, slots => 1);
+        $b->add(prompt => [ 1, 2, 3 ], max_tokens => 2, on_token => sub {0});
+        ($b);
+    }) } qw(step run active queued is_idle slots deterministic inference)),
+
     'Lugh::ModelStore::model_dir'  => sub { () },
     'Lugh::ModelStore::catalogue'  => sub { () },
     'Lugh::ModelStore::list'       => sub { () },

@@ -154,6 +154,54 @@ sub _logprob_entries {
     ];
 }
 
+sub generate_parallel {
+    my ($self, $requests, @args) = @_;
+    my $method = 'Lugh::Inference->generate_parallel';
+    Lugh::_croak("Usage: \$inference->generate_parallel([ { prompt => ..., ... }, ... ], slots => N)")
+        unless ref $self && ref $requests eq 'ARRAY';
+    Lugh::_croak("$method: the list of requests is empty") unless @$requests;
+    Lugh::_croak("$method: options must be name => value pairs") if @args % 2;
+    my %opt = @args;
+    for my $name (sort keys %opt) {
+        Lugh::_croak("$method: unknown option '$name' (valid options: deterministic, slots)")
+            unless $name eq 'slots' || $name eq 'deterministic';
+    }
+    my $batch = Lugh::Batch->new($self, slots => $opt{slots} // 4, deterministic => $opt{deterministic} // 0,
+        max_queued => scalar @$requests);
+    my (%index, @results);
+    for my $i (0 .. $#$requests) {
+        my $request = $requests->[$i];
+        Lugh::_croak("$method: request $i must be a hash reference of generate options") unless ref $request eq 'HASH';
+        my $id = eval { $batch->add(%$request) };
+        unless (defined $id) {
+            (my $error = $@) =~ s/\ALugh::Batch->add: //;
+            $error =~ s/ at \S+ line \d+\.?\n\z//;
+            Lugh::_croak("$method: request $i: $error");
+        }
+        $index{$id} = $i;
+        $results[$i] = { tokens => [], text => '' };
+        $results[$i]{logprobs} = [] if defined $request->{logprobs};
+    }
+    until ($batch->is_idle) {
+        for my $e ($batch->step) {
+            my $r = $results[ $index{ $e->{id} } ];
+            if ($e->{type} eq 'token') {
+                push @{ $r->{tokens} }, $e->{token};
+                $r->{text} .= $e->{text};
+                push @{ $r->{logprobs} }, $e->{logprob} if $e->{logprob};
+            }
+            elsif ($e->{type} eq 'done') {
+                $r->{text} .= $e->{text};
+                @$r{qw(finish_reason usage)} = @$e{qw(finish_reason usage)};
+            }
+            else {
+                @$r{qw(finish_reason error)} = ('error', $e->{error});
+            }
+        }
+    }
+    return \@results;
+}
+
 sub chat {
     my ($self, @args) = @_;
     return Lugh::Chat->_one_shot($self, @args);
@@ -756,6 +804,33 @@ callbacks, so Ctrl-C reaches a C<$SIG{INT}> handler within one token. A
 handler that dies stops generation like a dying callback: the exception
 propagates unchanged, the cache and session stay usable. (Under
 C<PERL_SIGNALS=unsafe> signals wait until the call returns.)
+
+=head2 generate_parallel
+
+    my $results = $inference->generate_parallel(
+        [ { prompt => $text_or_tokens, max_tokens => 32, on_token => sub { ... }, %options }, ... ],
+        slots => 4, deterministic => 0);
+
+Runs every request, several at once on this session (continuous batching:
+a L<Lugh::Batch> of C<slots> slots, default 4, each with a KV cache of the
+session's C<n_ctx> positions), and returns one result per request, in their
+order: C<text>, C<tokens> (the generated ids), C<finish_reason> (as
+L</generate>'s C<stop_reason>: eos, max_tokens, stop_string, callback; or
+C<error> with the message in C<error>), C<usage> (C<prompt_tokens>,
+C<cached_tokens>, C<completion_tokens>) and with C<< logprobs => N >> the
+C<logprobs> entries of L</generate>. Each request takes the options of
+L<Lugh::Batch/add>: a text or token prompt, generate's tuning and sampling
+options, and C<on_token>, called with each token event (a hash with
+C<token> and C<text>; a true return stops that request). A callback that
+dies stops all the requests and the error comes out of the call. Batching
+can change rounding with some weight types, so greedy results may differ
+from each request's solo C<generate> after a few tokens;
+C<< deterministic => 1 >> makes them equal whatever shares the batch, at a
+cost in throughput (see L<Lugh::Batch>).
+
+    my $results = $inference->generate_parallel(
+        [ map { { prompt => $_, max_tokens => 3, greedy => 1 } } 'One, two,', 'Red, green,' ], slots => 2);
+    print scalar(@$results), "\n";    # 2
 
 =head2 last_stats
 

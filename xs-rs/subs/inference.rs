@@ -431,7 +431,7 @@ fn rows(perl: Perl, rows: Vec<Vec<f32>>, as_object: bool) -> Sv {
 }
 
 /// [id, logprob, [[id, logprob], ...]] for one generated token.
-fn logprob_entry(perl: Perl, lp: &TokenLogprob) -> Sv {
+pub(crate) fn logprob_entry(perl: Perl, lp: &TokenLogprob) -> Sv {
     let pair = |id: i32, v: f32| perl.array_ref(&[perl.int(id as i64), perl.float(f64::from(v))]);
     let top: Vec<Sv> = lp.top.iter().map(|&(id, v)| pair(id, v)).collect();
     perl.array_ref(&[perl.int(lp.id as i64), perl.float(f64::from(lp.logprob)), perl.array_ref(&top)])

@@ -2,6 +2,7 @@
 use crate::glue::{self, ffi, Cv, Interp};
 
 mod autograd;
+mod batch;
 mod context;
 mod generate_options;
 mod grammar;
@@ -48,6 +49,7 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         prompt::SUBS,
         rope::SUBS,
         speculative::SUBS,
+        batch::SUBS,
         context::SUBS,
         tensor::SUBS,
         ops::SUBS,

@@ -544,6 +544,61 @@ impl KvCache {
         Ok(())
     }
 
+    /// The longest prefix of at most `n` positions that [`KvCache::copy_prefix`]
+    /// can take from this cache: `n` itself without recurrent layers; with
+    /// them only where the states are known (the current position or a
+    /// checkpoint's), else 0.
+    pub fn copyable(&self, n: usize) -> usize {
+        let n = n.min(self.n_cached());
+        match self.has_recurrent() && n != self.n_cached() {
+            true => self.checkpoints.iter().map(|c| c.pos).filter(|&pos| pos <= n).max().unwrap_or(0),
+            false => n,
+        }
+    }
+
+    /// Makes this cache hold the first `n` positions of `from` (a cache of
+    /// the same layout): their cells, tokens and settings, and the recurrent
+    /// states there, so that a prompt sharing them (a system prompt) is not
+    /// evaluated again. `n` must be [`KvCache::copyable`] from `from`.
+    pub fn copy_prefix(&mut self, from: &KvCache, n: usize) -> Result<()> {
+        if from.layout != self.layout || n > self.n_ctx || from.copyable(n) != n {
+            return Err(Error::Argument(format!(
+                "cannot copy {n} positions between these KV caches (other layouts, or no state kept there)"
+            )));
+        }
+        if n == 0 {
+            self.clear();
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        for il in 0..self.n_layer() {
+            if !self.layout.holds_kv(il) {
+                continue;
+            }
+            for part in [Part::K, Part::V] {
+                bytes.resize(self.layout.cells_bytes(part, n), 0);
+                from.read_cells(il, part, n, &mut bytes);
+                self.write_cells(il, part, n, &bytes);
+            }
+        }
+        self.checkpoints.clear();
+        if self.has_recurrent() {
+            match from.checkpoints.iter().find(|c| c.pos == n) {
+                Some(c) => self.write_states(&c.data),
+                None => {
+                    from.read_states(&mut bytes);
+                    self.write_states(&bytes);
+                }
+            }
+        }
+        self.tokens.clear();
+        self.tokens.extend_from_slice(&from.tokens[..n]);
+        self.filled_with = from.filled_with;
+        // a later prompt that shares less than this one rolls back to here
+        self.checkpoint();
+        Ok(())
+    }
+
     /// Makes `tokens` the history of cells and states just written from a
     /// saved cache (its states are those after the last token).
     pub(crate) fn tokens_loaded(&mut self, tokens: &[i32]) {

@@ -678,6 +678,39 @@ impl Runner {
         })
     }
 
+    /// One graph over segments, each appending its tokens to its own cache
+    /// (no cache twice): the continuous-batching step. Writes each
+    /// segment's last-position logits into `out`, one row of n_vocab after
+    /// another. The caller keeps the step to about n_batch tokens.
+    pub fn forward_segments(
+        &self,
+        segs: &mut [(&mut KvCache, &[i32])],
+        pool: Option<&mut ComputePool>,
+        ov: &Overrides,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        if segs.is_empty() {
+            return Err(Error::Argument("no sequences given (the list is empty)".into()));
+        }
+        for (i, (cache, tokens)) in segs.iter().enumerate() {
+            self.check_tokens(tokens, &format!("sequence {i}"))?;
+            self.check_cache(cache, tokens.len())?;
+            if segs[..i].iter().any(|(other, _)| other.id() == cache.id()) {
+                return Err(Error::Argument(format!("sequence {i} extends a KV cache another sequence extends")));
+            }
+        }
+        let variant = self.variant(ov)?;
+        self.with_pool(pool, |pool| {
+            let checkpoints: Vec<Checkpoints> =
+                segs.iter_mut().map(|(cache, tokens)| Checkpoints::around(cache, tokens.len())).collect();
+            self.run_step(segs, StepKind { all: false, head: Head::Logits, variant: &variant }, pool, out)?;
+            for ((cache, _), checkpoints) in segs.iter_mut().zip(checkpoints) {
+                checkpoints.after(cache);
+            }
+            Ok(())
+        })
+    }
+
     /// The settings a call's graphs are built with: the session's, with the
     /// call's overrides.
     fn variant<'a>(&self, ov: &'a Overrides) -> Result<Variant<'a>> {

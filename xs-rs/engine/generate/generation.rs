@@ -234,6 +234,135 @@ pub struct Step<'a> {
     pub text: &'a str,
 }
 
+/// One sequence's generation once its prompt is evaluated: sampling (under
+/// its grammar), the history the penalties see, the text released so far,
+/// and the log-probabilities. [`generate`] drives one; the batch scheduler
+/// (`generate::batch`) drives one per slot.
+pub struct Decoder {
+    sampler: Sampler,
+    stream: TextStream,
+    /// The grammar constraining every token, or waiting for its trigger.
+    constraint: Option<GrammarState>,
+    waiting: Option<LazyGrammar>,
+    /// The prompt, then every generated token.
+    history: Vec<i32>,
+    n_prompt: usize,
+    // kept between tokens so that a decode step allocates nothing
+    masked: Vec<f32>,
+    log_probs: Vec<f32>,
+}
+
+/// What [`Decoder::next`] made of one row of logits.
+pub enum Decoded {
+    /// An end-of-generation token (not part of the output).
+    End,
+    /// A generated token; `stopped`: it completes a stop string.
+    Token { id: i32, stopped: bool, logprob: Option<TokenLogprob> },
+}
+
+impl Decoder {
+    /// A decoder for `prompt` with `options`, after checking what can be
+    /// known wrong before computing anything (the prompt and max_tokens must
+    /// fit in `n_ctx` positions).
+    pub fn new(
+        tokens: Option<&dyn TokenText>,
+        prompt: &[i32],
+        options: &GenerateOptions,
+        n_ctx: usize,
+    ) -> Result<Decoder> {
+        check(n_ctx, tokens, prompt, options)?;
+        let sampler = Sampler::with_vocab(options.sampler.clone(), tokens.and_then(|t| t.vocab()))?;
+        let (mut constraint, mut waiting) = (None, None);
+        if let (Some(g), Some(t)) = (&options.grammar, tokens) {
+            let bound = g.bind(|text| t.tokenize_special(text))?;
+            match &options.grammar_trigger {
+                Some(trigger) => waiting = Some(LazyGrammar::new(bound, trigger)?),
+                None => constraint = Some(GrammarState::new(bound)?),
+            }
+        }
+        // Room for everything up front: a decode step allocates nothing.
+        let most = options.max_tokens.min(n_ctx);
+        let mut history = Vec::with_capacity(prompt.len() + most);
+        history.extend_from_slice(prompt);
+        Ok(Decoder {
+            sampler,
+            stream: TextStream::new(&options.stop),
+            constraint,
+            waiting,
+            history,
+            n_prompt: prompt.len(),
+            masked: Vec::new(),
+            log_probs: Vec::new(),
+        })
+    }
+
+    /// Samples the next token from `logits` and takes it into the history,
+    /// the grammar and the text.
+    pub fn next(
+        &mut self,
+        logits: &[f32],
+        tokens: Option<&dyn TokenText>,
+        options: &GenerateOptions,
+    ) -> Result<Decoded> {
+        let id = match (&self.constraint, tokens) {
+            (Some(state), Some(t)) => {
+                grammar::sample(&mut self.sampler, state, logits, &self.history, t, &mut self.masked)?
+            }
+            _ => self.sampler.sample(logits, &self.history)?,
+        };
+        if let (Some(state), Some(t)) = (&mut self.constraint, tokens) {
+            state.accept(id, t)?;
+        } else if let (Some(lazy), Some(t)) = (&mut self.waiting, tokens) {
+            if let Some(state) = lazy.observe(t.special_piece(id)?)? {
+                self.constraint = Some(state);
+                self.waiting = None;
+            }
+        }
+        let is_eog = match (options.eos_token, tokens) {
+            (Some(eos), _) => id == eos,
+            (None, Some(t)) => t.is_eog(id),
+            (None, None) => false,
+        };
+        if is_eog {
+            return Ok(Decoded::End);
+        }
+        let logprob = match options.logprobs {
+            Some(n) => {
+                let s = &options.sampler;
+                let temperature = if s.greedy || s.temperature <= 0.0 { 1.0 } else { s.temperature };
+                log_softmax_into(logits, temperature, &mut self.log_probs)?;
+                let top = top_k(&self.log_probs, n).into_iter().map(|(i, v)| (i as i32, v)).collect();
+                Some(TokenLogprob { id, logprob: self.log_probs[id as usize], top })
+            }
+            None => None,
+        };
+        self.history.push(id);
+        // The text is made only when someone reads it: stop strings, the
+        // caller (need_text).
+        let stopped = match tokens {
+            Some(t) if options.need_text || !options.stop.is_empty() => self.stream.push(t.piece(id)?),
+            _ => false,
+        };
+        Ok(Decoded::Token { id, stopped, logprob })
+    }
+
+    /// The text the last token released (whole characters, never part of a
+    /// stop string).
+    pub fn released(&self) -> &str {
+        self.stream.released()
+    }
+
+    /// The text still held back, now that generation ends.
+    pub fn finish(&mut self) -> String {
+        self.stream.finish()
+    }
+
+    /// The tokens generated so far.
+    pub fn generated(&self) -> &[i32] {
+        &self.history[self.n_prompt..]
+    }
+}
+
 /// Runs the loop. `on_progress(done, total)` is called after each batch of
 /// the prompt (counting the tokens evaluated, the reused ones excluded);
 /// Ok(true) cancels: nothing is generated, and the context keeps what was
@@ -255,8 +384,7 @@ pub fn generate<E: From<Error>>(
 ) -> std::result::Result<Generation, E> {
     // At least the last prompt token is evaluated: its logits are needed.
     let n_reused = source.reusable(common_prefix(source.context(), prompt).min(prompt.len().saturating_sub(1)));
-    check(source, tokens, prompt, options)?;
-    let mut sampler = Sampler::with_vocab(options.sampler.clone(), tokens.and_then(|t| t.vocab()))?;
+    let mut decoder = Decoder::new(tokens, prompt, options, source.n_ctx())?;
     let mut result = Generation {
         tokens: Vec::new(),
         text: String::new(),
@@ -271,23 +399,6 @@ pub fn generate<E: From<Error>>(
     if options.max_tokens == 0 {
         return Ok(result);
     }
-    let is_eog = |id: i32| match (options.eos_token, tokens) {
-        (Some(eos), _) => id == eos,
-        (None, Some(t)) => t.is_eog(id),
-        (None, None) => false,
-    };
-    let mut stream = TextStream::new(&options.stop);
-    let mut log_probs = Vec::new();
-    let mut constraint = None;
-    let mut waiting = None;
-    if let (Some(g), Some(t)) = (&options.grammar, tokens) {
-        let bound = g.bind(|text| t.tokenize_special(text))?;
-        match &options.grammar_trigger {
-            Some(trigger) => waiting = Some((LazyGrammar::new(bound, trigger)?, t)),
-            None => constraint = Some((GrammarState::new(bound)?, t)),
-        }
-    }
-    let mut masked = Vec::new();
 
     let started = Instant::now();
     source.truncate(n_reused)?;
@@ -307,52 +418,25 @@ pub fn generate<E: From<Error>>(
     }
     result.prompt_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    // Room for everything up front: a decode step allocates nothing.
     let most = options.max_tokens.min(source.n_ctx());
-    let mut history = Vec::with_capacity(prompt.len() + most);
-    history.extend_from_slice(prompt);
     result.tokens.reserve(most);
     if options.need_text {
         result.text.reserve(most * 8);
     }
     loop {
         let sampled = Instant::now();
-        let id = match &constraint {
-            Some((state, t)) => grammar::sample(&mut sampler, state, &logits, &history, *t, &mut masked)?,
-            None => sampler.sample(&logits, &history)?,
-        };
-        if let Some((state, t)) = &mut constraint {
-            state.accept(id, *t)?;
-        } else if let Some((lazy, t)) = &mut waiting {
-            if let Some(state) = lazy.observe(t.special_piece(id)?)? {
-                constraint = Some((state, *t));
-                waiting = None;
-            }
-        }
+        let decoded = decoder.next(&logits, tokens, options)?;
         source.record(Phase::Sample, sampled.elapsed());
-        if is_eog(id) {
+        let Decoded::Token { id, stopped, logprob } = decoded else {
             result.stop_reason = StopReason::EndOfGeneration;
             break;
-        }
-        if let Some(n) = options.logprobs {
-            let s = &options.sampler;
-            let temperature = if s.greedy || s.temperature <= 0.0 { 1.0 } else { s.temperature };
-            log_softmax_into(&logits, temperature, &mut log_probs)?;
-            let top = top_k(&log_probs, n).into_iter().map(|(i, v)| (i as i32, v)).collect();
-            result.logprobs.push(TokenLogprob { id, logprob: log_probs[id as usize], top });
-        }
-        result.tokens.push(id);
-        history.push(id);
-        // The text is made only when someone reads it: stop strings, the
-        // caller (need_text).
-        let stopped = match tokens {
-            Some(t) if options.need_text || !options.stop.is_empty() => stream.push(t.piece(id)?),
-            _ => false,
         };
+        result.logprobs.extend(logprob);
+        result.tokens.push(id);
         if options.need_text {
-            result.text.push_str(stream.released());
+            result.text.push_str(decoder.released());
         }
-        let step = Step { id, count: result.tokens.len(), text: stream.released() };
+        let step = Step { id, count: result.tokens.len(), text: decoder.released() };
         let called = Instant::now();
         let stop_asked = on_token(&step)?;
         source.record(Phase::Callback, called.elapsed());
@@ -370,7 +454,7 @@ pub fn generate<E: From<Error>>(
         source.forward(&[id], &mut logits)?;
     }
     result.generate_seconds = started.elapsed().as_secs_f64();
-    let rest = stream.finish();
+    let rest = decoder.finish();
     if !rest.is_empty() {
         if options.need_text {
             result.text.push_str(&rest);
@@ -385,12 +469,7 @@ pub(crate) fn common_prefix(a: &[i32], b: &[i32]) -> usize {
 }
 
 /// Everything that can be known wrong before computing anything.
-fn check(
-    source: &dyn LogitsSource,
-    tokens: Option<&dyn TokenText>,
-    prompt: &[i32],
-    options: &GenerateOptions,
-) -> Result<()> {
+fn check(n_ctx: usize, tokens: Option<&dyn TokenText>, prompt: &[i32], options: &GenerateOptions) -> Result<()> {
     if prompt.is_empty() {
         return Err(Error::Argument("the prompt is empty (give at least one token)".into()));
     }
@@ -409,13 +488,13 @@ fn check(
     }
     // Every generated token but the last is fed back.
     let needed = prompt.len() + options.max_tokens.saturating_sub(1);
-    if needed > source.n_ctx() {
+    if needed > n_ctx {
         return Err(Error::Argument(format!(
             "the prompt ({} tokens) plus max_tokens ({}) needs {needed} positions, but the context has {} free \
              (raise n_ctx or lower max_tokens)",
             prompt.len(),
             options.max_tokens,
-            source.n_ctx(),
+            n_ctx,
         )));
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! scores, and [`inference::Inference`], the Rust side of `Lugh::Inference`
 //! (a runner with its scratch caches). Imports `ggml`, `model` and
 //! `forward`; never `tensor` or `train`.
+pub mod batch;
 pub mod chat_template;
 pub mod embedding;
 pub mod generation;
