@@ -148,30 +148,36 @@ fn run_loop(session: &Arc<Inference>, queue: &mpsc::Receiver<Job>, in_flight: &A
             Err(mpsc::RecvTimeoutError::Timeout) if !stopping.load(Ordering::Relaxed) => continue,
             Err(_) => return,
         };
-        if stopping.load(Ordering::Relaxed) {
-            let _ = job.events.send(Event::Failed(ApiError::busy(1)));
-        } else if !job.events.is_closed() {
-            match job.work {
+        let last = if stopping.load(Ordering::Relaxed) {
+            Some(Event::Failed(ApiError::shutting_down()))
+        } else if job.events.is_closed() {
+            None
+        } else {
+            Some(match job.work {
                 Work::Generate { prompt, options } => {
                     generate(session, &prompt, &options, &job.events, job.deadline, stopping)
                 }
                 Work::Embed { inputs, pooling } => {
                     let pooling = pooling.or_else(|| session.model_pooling()).unwrap_or(Pooling::Mean);
-                    let event = match session.embed(&inputs, pooling, true, &Default::default()) {
+                    match session.embed(&inputs, pooling, true, &Default::default()) {
                         Ok(rows) => Event::Embeddings(rows),
                         Err(e) => Event::Failed(e.into()),
-                    };
-                    let _ = job.events.send(event);
+                    }
                 }
-            }
-        }
+            })
+        };
+        // the slot is free before its client hears the end, so that the
+        // client's next request finds it free
         in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(event) = last {
+            let _ = job.events.send(event);
+        }
     }
 }
 
-/// One generation, its tokens sent as they come. It stops early when the
-/// receiver is gone (the client disconnected), at the deadline, or at
-/// shutdown.
+/// One generation, its tokens sent as they come; returns the last event.
+/// It stops early when the receiver is gone (the client disconnected), at
+/// the deadline, or at shutdown.
 fn generate(
     session: &Arc<Inference>,
     prompt: &[i32],
@@ -179,7 +185,7 @@ fn generate(
     events: &UnboundedSender<Event>,
     deadline: Instant,
     stopping: &AtomicBool,
-) {
+) -> Event {
     let timed_out = std::cell::Cell::new(false);
     let give_up = || {
         if Instant::now() >= deadline {
@@ -201,8 +207,9 @@ fn generate(
             Ok(())
         },
     );
-    let event = match result {
+    match result {
         Ok(_) if timed_out.get() => Event::Failed(ApiError::timed_out("the request took longer than the server's --timeout")),
+        Ok(_) if stopping.load(Ordering::Relaxed) => Event::Failed(ApiError::shutting_down()),
         Ok(g) => {
             let (finish, n_completion) = match g.stop_reason {
                 StopReason::EndOfGeneration => (Finish::Stop, g.tokens.len() + 1),
@@ -219,6 +226,5 @@ fn generate(
             })
         }
         Err(e) => Event::Failed(e.into()),
-    };
-    let _ = events.send(event);
+    }
 }

@@ -40,6 +40,10 @@ impl ApiError {
             ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is busy: too many requests are waiting")
         }
     }
+    /// SIGTERM: what runs is cancelled, what waits refused.
+    pub fn shutting_down() -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down")
+    }
     pub fn timed_out(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::REQUEST_TIMEOUT, message)
     }
