@@ -110,9 +110,8 @@ impl Engine {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(ApiError::busy(1));
         }
-        let reserved = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < self.capacity).then_some(n + 1)
-        });
+        let reserved =
+            self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.capacity).then_some(n + 1));
         if reserved.is_err() {
             return Err(ApiError::busy(1));
         }
@@ -208,7 +207,9 @@ fn generate(
         },
     );
     match result {
-        Ok(_) if timed_out.get() => Event::Failed(ApiError::timed_out("the request took longer than the server's --timeout")),
+        Ok(_) if timed_out.get() => {
+            Event::Failed(ApiError::timed_out("the request took longer than the server's --timeout"))
+        }
         Ok(_) if stopping.load(Ordering::Relaxed) => Event::Failed(ApiError::shutting_down()),
         Ok(g) => {
             let (finish, n_completion) = match g.stop_reason {

@@ -44,7 +44,9 @@ pub fn run(session: Arc<Inference>, config: Config, announce: impl FnOnce(&str))
     let vocab = session.runner.model().vocab()?;
     let template = config.chat_template.as_deref().map(ChatTemplate::new).transpose()?;
     let text_of = |id: Option<i32>| {
-        id.and_then(|id| vocab.piece(id, true).ok()).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+        id.and_then(|id| vocab.piece(id, true).ok())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
     };
     let ids = vocab.special_ids();
     let model = session.runner.model();

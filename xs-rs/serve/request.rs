@@ -70,10 +70,9 @@ impl Fields {
         match self.get("stop") {
             None => Ok(Vec::new()),
             Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| v.as_str().map(String::from).ok_or_else(|| wrong_type("stop", want, v)))
-                .collect(),
+            Some(Value::Array(items)) => {
+                items.iter().map(|v| v.as_str().map(String::from).ok_or_else(|| wrong_type("stop", want, v))).collect()
+            }
             Some(other) => Err(wrong_type("stop", want, other)),
         }
     }
@@ -173,7 +172,8 @@ pub fn top_logprobs(f: &Fields) -> Result<usize, ApiError> {
 /// The grammar of `response_format`, or of llama-server's own `json_schema`
 /// and `grammar` fields.
 fn constraint(f: &Fields) -> Result<Option<Arc<Grammar>>, ApiError> {
-    let given: Vec<&str> = ["response_format", "json_schema", "grammar"].into_iter().filter(|n| f.get(n).is_some()).collect();
+    let given: Vec<&str> =
+        ["response_format", "json_schema", "grammar"].into_iter().filter(|n| f.get(n).is_some()).collect();
     if given.len() > 1 {
         return Err(ApiError::bad_request(format!("give one of {}, not several", given.join(", "))));
     }

@@ -59,13 +59,12 @@ impl Envelope {
     pub fn chunk(&self, text: &str, first: bool) -> Value {
         match self.endpoint {
             Endpoint::Chat => {
-                let delta = if first { json!({"role": "assistant", "content": null}) } else { json!({"content": text}) };
+                let delta =
+                    if first { json!({"role": "assistant", "content": null}) } else { json!({"content": text}) };
                 self.wrap("chat.completion.chunk", json!([{"finish_reason": null, "index": 0, "delta": delta}]))
             }
-            Endpoint::Text => self.wrap(
-                "text_completion",
-                json!([{"text": text, "index": 0, "logprobs": null, "finish_reason": null}]),
-            ),
+            Endpoint::Text => self
+                .wrap("text_completion", json!([{"text": text, "index": 0, "logprobs": null, "finish_reason": null}])),
         }
     }
 
@@ -94,7 +93,14 @@ impl Envelope {
 
     /// The whole answer of a request that did not stream. `message` is the
     /// chat message (content, maybe tool_calls).
-    pub fn complete(&self, message: Value, text: &str, finish: &str, done: &Finished, logprobs: Option<Value>) -> Value {
+    pub fn complete(
+        &self,
+        message: Value,
+        text: &str,
+        finish: &str,
+        done: &Finished,
+        logprobs: Option<Value>,
+    ) -> Value {
         let mut choice = match self.endpoint {
             Endpoint::Chat => json!({"finish_reason": finish, "index": 0, "message": message}),
             Endpoint::Text => json!({"text": text, "index": 0, "logprobs": null, "finish_reason": finish}),

@@ -46,7 +46,8 @@ mod tests {
 
     #[test]
     fn hermes_blocks_become_tool_calls() {
-        let text = "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let text =
+            "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         let parsed = parse(text).expect("a call");
         assert_eq!(parsed.content.as_deref(), Some("Let me look."));
         assert_eq!(parsed.calls.len(), 1);

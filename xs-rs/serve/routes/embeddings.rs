@@ -22,9 +22,7 @@ pub async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: B
 
 async fn run(app: &App, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
     if !app.config.embeddings {
-        return Err(ApiError::not_supported(
-            "This server does not support embeddings. Start it with `--embeddings`",
-        ));
+        return Err(ApiError::not_supported("This server does not support embeddings. Start it with `--embeddings`"));
     }
     let f = super::read_json(app, headers, body).await?;
     super::check_model(app, &f)?;
@@ -61,7 +59,11 @@ async fn run(app: &App, headers: &HeaderMap, body: Body) -> Result<Value, ApiErr
 fn inputs(app: &App, input: Option<&Value>) -> Result<Vec<Vec<i32>>, ApiError> {
     let want = "a string, an array of strings, or token ids";
     let encode = |text: &str| {
-        let options = EncodeOptions { add_bos: app.vocab.add_bos_default(), add_eos: app.vocab.add_eos_default(), parse_special: true };
+        let options = EncodeOptions {
+            add_bos: app.vocab.add_bos_default(),
+            add_eos: app.vocab.add_eos_default(),
+            parse_special: true,
+        };
         app.vocab.encode_bytes(text.as_bytes(), options)
     };
     let ids = |items: &[Value]| -> Result<Vec<i32>, ApiError> {
@@ -71,7 +73,9 @@ fn inputs(app: &App, input: Option<&Value>) -> Result<Vec<Vec<i32>>, ApiError> {
                 v.as_i64()
                     .and_then(|n| i32::try_from(n).ok())
                     .filter(|&n| n >= 0 && (n as usize) < app.vocab.n_vocab())
-                    .ok_or_else(|| ApiError::bad_request(format!("'input' has {v}, which is not a token id of this model")))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("'input' has {v}, which is not a token id of this model"))
+                    })
             })
             .collect()
     };

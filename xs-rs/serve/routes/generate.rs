@@ -30,7 +30,9 @@ pub async fn respond(app: Arc<App>, mut p: Prepared) -> Response {
         return ApiError::bad_request("the prompt is empty").into_response();
     }
     if n_prompt >= n_ctx {
-        let message = format!("request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it");
+        let message = format!(
+            "request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
+        );
         return ApiError::bad_request(message).into_response();
     }
     // as llama-server without context shift: at most until the context is full

@@ -48,7 +48,11 @@ pub async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: B
             None => Vec::new(),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| v.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| wrong_type("tokens", "an array of integers", v)))
+                .map(|v| {
+                    v.as_i64()
+                        .and_then(|n| i32::try_from(n).ok())
+                        .ok_or_else(|| wrong_type("tokens", "an array of integers", v))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
             Some(other) => return Err(wrong_type("tokens", "an array of token ids", other)),
         };

@@ -136,9 +136,7 @@ impl Grammar {
                 )))
             }
         };
-        Grammar::from_json_schema(schema)
-            .map(Some)
-            .map_err(|e| Error::Argument(format!("response_format: {e}")))
+        Grammar::from_json_schema(schema).map(Some).map_err(|e| Error::Argument(format!("response_format: {e}")))
     }
 
     /// The parts of its JSON schema the grammar does not enforce, as
