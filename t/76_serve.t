@@ -128,6 +128,10 @@ my $v = $r->{data}[0]{embedding};
 is(scalar @$v, 576, 'embeddings: n_embd values');
 my $norm = 0; $norm += $_**2 for @$v;
 ok(abs(sqrt($norm) - 1) < 1e-3, 'embeddings: unit length');
+require MIME::Base64;
+my $b64 = json_of(post('/v1/embeddings', { input => 'a cat', encoding_format => 'base64' }))->{data}[0]{embedding};
+my @floats = unpack 'f<*', MIME::Base64::decode_base64($b64 // '');
+ok(@floats == 576 && abs($floats[0] - $v->[0]) < 1e-6, 'embeddings: encoding_format base64 (the f32 values, little-endian)');
 
 # bad input: the right status, an OpenAI error, and the server still serves
 error_is(post('/v1/chat/completions', '{"messages": [}'), 400, 'invalid_request_error', 'malformed JSON');

@@ -26,11 +26,14 @@ async fn run(app: &App, headers: &HeaderMap, body: Body) -> Result<Value, ApiErr
     }
     let f = super::read_json(app, headers, body).await?;
     super::check_model(app, &f)?;
-    if let Some(format) = f.string("encoding_format")? {
-        if format != "float" {
-            return Err(ApiError::bad_request(format!("'encoding_format' must be 'float', got '{format}'")));
+    // the official openai client asks for base64 unless told otherwise
+    let base64 = match f.string("encoding_format")? {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("'encoding_format' must be 'float' or 'base64', got '{other}'")))
         }
-    }
+    };
     let inputs = inputs(app, f.get("input").or_else(|| f.get("content")))?;
     let n_ctx = app.config.n_ctx_slot;
     if let Some((i, long)) = inputs.iter().enumerate().find(|(_, t)| t.len() > n_ctx) {
@@ -46,7 +49,10 @@ async fn run(app: &App, headers: &HeaderMap, body: Body) -> Result<Value, ApiErr
             "model": app.config.model_id,
             "object": "list",
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-            "data": rows.iter().enumerate().map(|(i, v)| json!({"embedding": v, "index": i, "object": "embedding"}))
+            "data": rows.iter().enumerate().map(|(i, v)| {
+                let embedding = if base64 { json!(base64_of_floats(v)) } else { json!(v) };
+                json!({"embedding": embedding, "index": i, "object": "embedding"})
+            })
                 .collect::<Vec<_>>(),
         })),
         Some(Event::Failed(e)) => Err(e),
@@ -97,4 +103,34 @@ fn inputs(app: &App, input: Option<&Value>) -> Result<Vec<Vec<i32>>, ApiError> {
         return Err(ApiError::bad_request("'input' must not be empty"));
     }
     Ok(out)
+}
+
+/// OpenAI's base64 encoding of a vector: its f32 values, little-endian, in
+/// standard base64 with padding.
+fn base64_of_floats(values: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let n = group.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= group.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_of_floats_is_standard_base64_of_the_le_bytes() {
+        // 1.0f32 = 00 00 80 3f; 1.0, 2.0 = 00 00 80 3f 00 00 00 40
+        assert_eq!(super::base64_of_floats(&[1.0]), "AACAPw==");
+        assert_eq!(super::base64_of_floats(&[1.0, 2.0]), "AACAPwAAAEA=");
+        assert_eq!(super::base64_of_floats(&[]), "");
+    }
 }
