@@ -76,6 +76,7 @@ require Lugh::Quant;
 require Lugh::Autograd;
 require Lugh::Optimizer;
 require Lugh::Train;
+require Lugh::Server;
 
 sub version { return $VERSION }
 

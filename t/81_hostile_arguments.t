@@ -139,6 +139,11 @@ my %CALLS = (
     # a backend that does not exist: the server never starts (it would not return)
     'Lugh::rpc_server'             => sub { (port => 50052, threads => 1, backend => 'no-such-backend') },
     'Lugh::metal_available'        => sub { () },
+    # an address that cannot be bound: the server never starts (it would not return)
+    'Lugh::Server::new'            => sub { ('Lugh::Server', inference => $inf, host => '256.0.0.1', port => 1) },
+    'Lugh::Server::run'            => sub { (Lugh::Server->new(inference => $inf, host => '256.0.0.1', port => 1)) },
+    'Lugh::Server::available'      => sub { ('Lugh::Server') },
+    'Lugh::Server::inference'      => sub { (Lugh::Server->new(inference => $inf)) },
     'Lugh::srand'                  => sub { (42) },
     'Lugh::supported_architectures' => sub { () },
     'Lugh::version'                => sub { () },

@@ -20,6 +20,10 @@ mod engine;
 #[global_allocator]
 static ALLOCATOR: engine::alloc_count::CountingAllocator = engine::alloc_count::CountingAllocator;
 
+// `lugh serve`: a layer above the engine (it imports the engine, not perl).
+#[cfg(all(feature = "server", not(feature = "fuzzing")))]
+mod serve;
+
 #[cfg(not(any(test, feature = "fuzzing")))]
 mod glue;
 #[cfg(not(any(test, feature = "fuzzing")))]

@@ -51,21 +51,10 @@ pub fn response_format_arg(perl: Perl, sv: Sv) -> Result<Option<Arc<Grammar>>, E
     let text = perl.string_arg(sv, "response_format")?;
     let format: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::Argument(format!("response_format is not valid JSON: {e}")))?;
-    let serde_json::Value::Object(fields) = &format else {
+    if !format.is_object() {
         return Err(Error::Argument("response_format must be a hash, like { type => 'json_object' }".into()));
-    };
-    let empty = serde_json::Value::Object(Default::default());
-    let schema = match fields.get("type").and_then(|t| t.as_str()) {
-        None | Some("text") => return Ok(None),
-        Some("json_object") => fields.get("schema").unwrap_or(&empty),
-        Some("json_schema") => fields.get("json_schema").and_then(|w| w.get("schema")).unwrap_or(&empty),
-        Some(other) => {
-            return Err(Error::Argument(format!(
-                "response_format type must be 'text', 'json_object' or 'json_schema', got '{other}'"
-            )))
-        }
-    };
-    Ok(Some(Arc::new(Grammar::from_json_schema(schema).map_err(|e| in_option(e, "response_format"))?)))
+    }
+    Ok(Grammar::from_response_format(&format)?.map(Arc::new))
 }
 
 /// A fresh state of the grammar after `text`: None when the grammar cannot

@@ -20,6 +20,8 @@ mod prompt;
 mod quant;
 mod rope;
 mod sampling_options;
+#[cfg(feature = "server")]
+mod server;
 mod speculative;
 mod tensor;
 mod tokenizer;
@@ -59,6 +61,8 @@ pub unsafe fn boot(p: Interp, cv: Cv) {
         autograd::ops::SUBS,
         optimizer::SUBS,
         train::SUBS,
+        #[cfg(feature = "server")]
+        server::SUBS,
     ] {
         for &(name, f) in table {
             glue::register(p, name, f);

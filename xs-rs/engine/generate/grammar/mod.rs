@@ -117,6 +117,28 @@ impl Grammar {
         Ok(grammar)
     }
 
+    /// The grammar of OpenAI's response_format, as llama-server reads it:
+    /// {"type": "text"} (None: no grammar), {"type": "json_object",
+    /// "schema": {...}} (no schema: any JSON value) or {"type":
+    /// "json_schema", "json_schema": {"schema": {...}}}.
+    pub fn from_response_format(format: &serde_json::Value) -> Result<Option<Grammar>> {
+        let serde_json::Value::Object(fields) = format else {
+            return Err(Error::Argument("response_format must be an object, like {\"type\": \"json_object\"}".into()));
+        };
+        let empty = serde_json::Value::Object(Default::default());
+        let schema = match fields.get("type").and_then(|t| t.as_str()) {
+            None | Some("text") => return Ok(None),
+            Some("json_object") => fields.get("schema").unwrap_or(&empty),
+            Some("json_schema") => fields.get("json_schema").and_then(|w| w.get("schema")).unwrap_or(&empty),
+            Some(other) => {
+                return Err(Error::Argument(format!(
+                    "response_format type must be 'text', 'json_object' or 'json_schema', got '{other}'"
+                )))
+            }
+        };
+        Grammar::from_json_schema(schema).map(Some).map_err(|e| Error::Argument(format!("response_format: {e}")))
+    }
+
     /// The parts of its JSON schema the grammar does not enforce, as
     /// "WHERE: WHAT" lines.
     pub fn schema_warnings(&self) -> &[String] {
