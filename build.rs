@@ -2,8 +2,8 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
-//!   four of its x86 dot products, its x86 Q4_1, Q8_0 and Q5_0 matrix
-//!   products and its repacked Q4_K matrix-vector product are Lugh's own,
+//!   three of its x86 dot products, its x86 Q4_1, Q8_0 and Q5_0 matrix
+//!   products and its repacked Q4_K matrix products are Lugh's own,
 //!   bit-identical and faster (xs-rs/kernels/);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
@@ -289,11 +289,11 @@ fn build_rpc(g: &Path, _out: &Path, b: &mut cc::Build) {
         .compile("ggml_rpc");
 }
 
-/// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0, Q5_0
-/// and Q6_K dot products (xs-rs/kernels/x86_vec_dot.c, x86_kquants.c) in
-/// ggml's type-traits table, its matrix products for the same types
-/// (x86_gemm.c) in front of ggml's llamafile_sgemm, and its repacked Q4_K
-/// matrix-vector product (x86_kquants.c). ggml's x86 quants.c, repack.cpp
+/// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and
+/// Q5_0 dot products (xs-rs/kernels/x86_vec_dot.c) in ggml's type-traits
+/// table, its matrix products for the same types and its one-column Q6_K
+/// products (x86_gemm.c) in front of ggml's llamafile_sgemm, and its
+/// repacked Q4_K matrix products (x86_kquants.c). ggml's x86 quants.c, repack.cpp
 /// and llamafile/sgemm.cpp are compiled through wrappers that rename those
 /// functions, which Lugh's call where the processor lacks what its own need
 /// or the request is not theirs. Returns the C files and the C++ wrappers,
@@ -314,7 +314,7 @@ fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     };
     let quants = renamed(
         "ggml-x86-quants-renamed.c",
-        &["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0", "ggml_vec_dot_q5_0_q8_0", "ggml_vec_dot_q6_K_q8_K"],
+        &["ggml_vec_dot_q4_1_q8_1", "ggml_vec_dot_q8_0_q8_0", "ggml_vec_dot_q5_0_q8_0"],
         "arch/x86/quants.c",
     );
     let sgemm = renamed("ggml-sgemm-renamed.cpp", &["llamafile_sgemm"], "llamafile/sgemm.cpp");

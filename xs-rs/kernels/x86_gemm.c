@@ -47,8 +47,10 @@ bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void
                    int64_t ldb, float *C, int64_t ldc, int Atype, int Btype);
 bool lugh_x86_gemm_built(void);
 
-/* Q6_K (times Q8_K) is taken for one column only: its dot product is
- * Lugh's (x86_kquants.c), the split of rows between threads this file's. */
+/* Q6_K (times Q8_K) is taken for one column only: the dot product is
+ * ggml's, the split of rows between threads this file's (ggml hands out
+ * 16-row chunks of a Q6_K product one by one; a Q4_K_M file's output
+ * matrix is Q6_K). */
 typedef enum { WEIGHTS_Q4_1, WEIGHTS_Q8_0, WEIGHTS_Q5_0, WEIGHTS_Q6_K } weights_type;
 
 static inline size_t weight_block_bytes(weights_type type) {

@@ -1,47 +1,43 @@
 /*
- * Lugh's replacements for two of ggml's x86 K-quant kernels, the bulk of a
- * decode step on a Q4_K_M file: the Q6_K dot product (a row of Q6_K weights
- * times Q8_K activations; ggml does not repack Q6_K on x86) and the Q4_K
- * repacked matrix-vector product (eight interleaved Q4_K rows times one Q8_K
- * column, ggml's gemv for block_q4_Kx8).
+ * Lugh's replacements for ggml's x86 Q4_K repacked matrix products, the bulk
+ * of a Q4_K_M file's work: eight interleaved Q4_K weight rows
+ * (block_q4_Kx8) times one Q8_K column (gemv, a decode step) or times four
+ * interleaved Q8_K rows (gemm, a prompt; block_q8_Kx4).
  *
- * Both return exactly what ggml's AVX2 code returns, bit for bit. ggml's
- * integer sums are exact, so any order of the same integer products gives
- * the same integers; the float operations are kept as ggml does them: Q6_K,
- * per superblock one fused multiply-add of (activation scale times weight
- * scale) and eight int32 lane sums into an 8-lane accumulator, each lane
- * holding the same products as ggml's lane, then ggml's horizontal sum;
- * Q4_K, per output row one fused multiply-add per superblock of its integer
- * sum times (row scale times activation scale), one for the mins times
- * (row dmin times activation scale), and their difference at the end.
+ * Both return exactly what ggml's code returns, bit for bit. ggml's integer
+ * sums are exact, so any order of the same integer products gives the same
+ * integers; the float operations are kept as ggml does them, per output: the
+ * gemv one fused multiply-add per superblock of its integer sum times (row
+ * scale times activation scale), one for the mins times (row dmin times
+ * activation scale), and their difference at the end; the gemm the same per
+ * 64 weights (ggml's AVX-512 gemm accumulates per sub-block pair).
  *
- * What changes is the integer work: 512-bit VNNI byte products
- * (vpdpbusd, vpdpwssd) on whole superblock halves instead of 256-bit
- * maddubs/madd/add chains with shuffles and blends per 8 bytes.
+ * What changes is the integer work: 512-bit VNNI byte products (vpdpbusd)
+ * of a whole 64-byte run of the eight rows against 8 activation bytes
+ * broadcast, instead of 256-bit maddubs/add chains with shuffles and blends
+ * per 8 bytes, and each weight byte unpacked once for four activation rows
+ * (gemm). On one core of a 2-core Intel Xeon (AVX-512 VNNI) the gemm is
+ * 1.4 times as fast as ggml's and the gemv 1.4 times in cache; from memory
+ * the gemv is bound by the memory's speed as ggml's is. Q6_K's dot product
+ * is left to ggml: a 512-bit version was no faster (Intel runs 512-bit
+ * integer work on two ports, 256-bit on three).
  *
- * build.rs compiles ggml's arch/x86/quants.c and arch/x86/repack.cpp with
- * these two renamed (lugh_ggml_...), so that ggml's tables take these.
- * Where the processor lacks AVX-512 VNNI they call ggml's own.
+ * build.rs compiles ggml's arch/x86/repack.cpp with the two renamed
+ * (lugh_ggml_...), so that ggml's repacked tensors call these. Where the
+ * processor lacks AVX-512 VNNI they call ggml's own.
  */
 #include "x86_kernels.h"
 
-#define VEC_DOT_ARGS int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc
 #define GEMV_ARGS int n, float *s, size_t bs, const void *vx, const void *vy, int nr, int nc
 
 /* ggml's kernels, renamed. */
-void lugh_ggml_vec_dot_q6_K_q8_K(VEC_DOT_ARGS);
 void lugh_ggml_gemv_q4_K_8x8_q8_K(GEMV_ARGS);
 void lugh_ggml_gemm_q4_K_8x8_q8_K(GEMV_ARGS);
 /* The names ggml's tables call. */
-void ggml_vec_dot_q6_K_q8_K(VEC_DOT_ARGS);
 void ggml_gemv_q4_K_8x8_q8_K(GEMV_ARGS);
 void ggml_gemm_q4_K_8x8_q8_K(GEMV_ARGS);
 
 #ifndef LUGH_X86_AVX512
-
-void ggml_vec_dot_q6_K_q8_K(VEC_DOT_ARGS) {
-    lugh_ggml_vec_dot_q6_K_q8_K(n, s, bs, vx, bx, vy, by, nrc);
-}
 
 void ggml_gemv_q4_K_8x8_q8_K(GEMV_ARGS) {
     lugh_ggml_gemv_q4_K_8x8_q8_K(n, s, bs, vx, vy, nr, nc);
@@ -52,63 +48,6 @@ void ggml_gemm_q4_K_8x8_q8_K(GEMV_ARGS) {
 }
 
 #else
-
-/* The int16 lane indexes that spread a Q6_K superblock's 16 scales (as
- * int16, lanes 0-15) over the byte pair products of 64 weights: quarter q
- * (of 32 int16 lanes, 8 each) takes scale 4 * part + q, part 0-3 being the
- * four 64-weight runs of the superblock. */
-static inline __m512i q6_K_scale_spread(int part) {
-    return _mm512_add_epi16(_mm512_set1_epi16((short)(4 * part)),
-                            _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
-                                             0, 0, 0, 0, 0, 0, 0, 0));
-}
-
-void ggml_vec_dot_q6_K_q8_K(VEC_DOT_ARGS) {
-    (void)bs;
-    (void)bx;
-    (void)by;
-    (void)nrc;
-    const int n_blocks = n / 256;
-    const q6_K_block *x = vx;
-    const q8_K_block *y = vy;
-    const __m512i spread[4] = {q6_K_scale_spread(0), q6_K_scale_spread(1), q6_K_scale_spread(2),
-                               q6_K_scale_spread(3)};
-    /* the high two bits of each weight, moved to bits 4-5: ggml's four
-     * 32-weight runs take qh bits 0-1, 2-3, 4-5 and 6-7 */
-    const __m512i low_runs_shift = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i high_runs_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i low_nibble = _mm512_set1_epi8(0x0F), bits_4_5 = _mm512_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n_blocks; i++) {
-        const float d = y[i].d * fp16_to_float(x[i].d);
-        const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        /* ggml: the weights' offset of 32, taken off as 32 * scale * (sum of 16 activations) */
-        const __m256i offset =
-            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), scales), 5);
-        const __m512i scales_512 = _mm512_castsi256_si512(scales);
-        __m512i sums = _mm512_setzero_si512();
-        for (int j = 0; j < 2; j++) {
-            const __m512i low_bits = _mm512_loadu_si512(x[i].ql + 64 * j);
-            const __m512i high_bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * j)));
-            const __m512i first = _mm512_or_si512(_mm512_and_si512(low_bits, low_nibble),
-                                                  _mm512_and_si512(_mm512_sllv_epi16(high_bits, low_runs_shift), bits_4_5));
-            const __m512i second =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low_bits, 4), low_nibble),
-                                _mm512_and_si512(_mm512_srlv_epi16(high_bits, high_runs_shift), bits_4_5));
-            const int8_t *q8 = y[i].qs + 128 * j;
-            /* 6-bit weights times bytes: pairs at most 2 * 63 * 128, no saturation */
-            const __m512i first_pairs = _mm512_maddubs_epi16(first, _mm512_loadu_si512(q8));
-            const __m512i second_pairs = _mm512_maddubs_epi16(second, _mm512_loadu_si512(q8 + 64));
-            sums = _mm512_dpwssd_epi32(sums, first_pairs, _mm512_permutexvar_epi16(spread[2 * j], scales_512));
-            sums = _mm512_dpwssd_epi32(sums, second_pairs, _mm512_permutexvar_epi16(spread[2 * j + 1], scales_512));
-        }
-        /* lane k: ggml's lane k, the four 32-weight runs' lane k summed */
-        __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
-        lanes = _mm256_sub_epi32(lanes, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    }
-    *s = sum_of_lanes(acc);
-}
 
 /* One sub-block's eight 6-bit scales and mins (one per row) from its 12
  * bytes, packed as Q4_K packs a superblock's: scales and mins of rows 0-3
@@ -146,6 +85,10 @@ static inline void q4_K_x8_times_column(int n_blocks, const q4_K_x8_block *x, co
                 /* bytes 8u..8u+7 of each row's 32: weights 64sb+8u.. (low
                  * nibbles) and 64sb+32+8u.. (high) */
                 const __m512i bits = _mm512_loadu_si512(q + 64 * u);
+                /* the same bytes four superblocks on: a decode step streams
+                 * the weights from memory once, and the hardware prefetcher
+                 * alone leaves one core short of the memory's speed */
+                _mm_prefetch((const char *)(q + 64 * u) + 4 * sizeof(q4_K_x8_block), _MM_HINT_T0);
                 int64_t a_first, a_second;
                 memcpy(&a_first, a + 8 * u, 8);
                 memcpy(&a_second, a + 32 + 8 * u, 8);

@@ -1,14 +1,14 @@
 // Included by sys.rs into its x86_kernel_tests module.
 //
-// Lugh's x86 K-quant kernels (xs-rs/kernels/x86_kquants.c) against ggml's
-// own, which build.rs keeps under the names `lugh_ggml_*`: the Q6_K dot
-// product (reached through ggml's type-traits table), the one-column Q6_K
-// product split between threads (through llamafile_sgemm) and the repacked
-// Q4_K matrix-vector product, on quantized rows and on raw random blocks,
-// every superblock count from 1 to 9 and the real models' row lengths.
+// Lugh's x86 K-quant kernels against ggml's own, which build.rs keeps under
+// the names `lugh_ggml_*`: the repacked Q4_K matrix-vector and matrix
+// products (xs-rs/kernels/x86_kquants.c) on random blocks, every superblock
+// count from 1 to 9 and the real models' row lengths, and the one-column
+// Q6_K product split between threads (x86_gemm.c, through llamafile_sgemm)
+// against ggml's dot product of every row.
 
 extern "C" {
-    fn lugh_ggml_vec_dot_q6_K_q8_K(
+    fn ggml_vec_dot_q6_K_q8_K(
         n: c_int,
         s: *mut f32,
         bs: usize,
@@ -85,58 +85,6 @@ fn q8_k_row(rng: &mut Rng, blocks: usize, raw: bool) -> Vec<u8> {
     row
 }
 
-#[test]
-fn q6_k_kernel_is_ggmls_bit_for_bit() {
-    // SAFETY: initialises ggml's fp16 tables, which ggml's kernels read.
-    unsafe { ggml_cpu_init() };
-    // SAFETY: the CPU traits of a known type.
-    let traits = unsafe { &*ggml_get_type_traits_cpu(GGML_TYPE_Q6_K as c_int) };
-    assert_eq!(traits.vec_dot_type as u32, GGML_TYPE_Q8_K);
-    // SAFETY: vec_dot is the kernel ggml's table holds for Q6_K (Lugh's).
-    let lugh_kernel: VecDot = unsafe { std::mem::transmute(traits.vec_dot) };
-    let mut rng = Rng::new(20261128);
-    let mut compared = 0;
-    for blocks in SUPERBLOCKS {
-        let n = blocks * SUPERBLOCK;
-        for raw in [false, true] {
-            for offset in [0usize, 1, 7] {
-                let mut x = vec![0u8; offset];
-                x.extend_from_slice(&q6_k_row(&mut rng, blocks, raw));
-                let mut y = vec![0u8; offset];
-                y.extend_from_slice(&q8_k_row(&mut rng, blocks, raw));
-                let case = format!("Q6_K, {blocks} superblocks, raw {raw}, offset {offset}");
-                // SAFETY: x and y hold n values of Q6_K and Q8_K, from `offset`.
-                unsafe {
-                    compare(
-                        lugh_kernel,
-                        lugh_ggml_vec_dot_q6_K_q8_K,
-                        n,
-                        x.as_ptr().add(offset),
-                        y.as_ptr().add(offset),
-                        &case,
-                    )
-                };
-                compared += 1;
-            }
-            let (row, act) = (q6_k_row(&mut rng, blocks, raw), q8_k_row(&mut rng, blocks, raw));
-            let ((x, x_start), (y, y_start)) = (at_page_end(&row), at_page_end(&act));
-            let case = format!("Q6_K, {blocks} superblocks, raw {raw}, at a page's end");
-            // SAFETY: each row holds n values and ends at its map's guard page.
-            unsafe {
-                compare(
-                    lugh_kernel,
-                    lugh_ggml_vec_dot_q6_K_q8_K,
-                    n,
-                    x.as_ptr().add(x_start),
-                    y.as_ptr().add(y_start),
-                    &case,
-                )
-            };
-        }
-    }
-    assert_eq!(compared, SUPERBLOCKS.len() * 6);
-}
-
 /// A decode step's Q6_K product (one column) through llamafile_sgemm, each of
 /// 1-3 threads its share of the rows: ggml's vec_dot of every row, bit for
 /// bit; more than one column is left to ggml.
@@ -161,7 +109,7 @@ fn q6_k_column_product_is_ggmls_bit_for_bit() {
                     let mut expected = f32::NAN;
                     // SAFETY: row i of a and b hold `blocks` superblocks.
                     unsafe {
-                        lugh_ggml_vec_dot_q6_K_q8_K(
+                        ggml_vec_dot_q6_K_q8_K(
                             (blocks * SUPERBLOCK) as c_int,
                             &mut expected,
                             0,
@@ -407,26 +355,6 @@ fn kquant_kernel_speed() {
         let mb = x.len() as f64 / 1e6;
         println!(
             "Q4_Kx8 gemv {rows} rows x 2048 ({mb:.1} MB): Lugh {:.1} us, ggml {:.1} us, {:.2}x",
-            ours * 1e6,
-            theirs * 1e6,
-            theirs / ours
-        );
-        let x = (0..rows).flat_map(|_| q6_k_row(&mut rng, blocks, false)).collect::<Vec<u8>>();
-        // SAFETY: the CPU traits of a known type.
-        let lugh_kernel: VecDot =
-            unsafe { std::mem::transmute((*ggml_get_type_traits_cpu(GGML_TYPE_Q6_K as c_int)).vec_dot) };
-        let mut run = |dot: VecDot| {
-            best_time(5, reps, || {
-                for (r, row) in x.chunks(blocks * 210).enumerate() {
-                    // SAFETY: row holds n Q6_K values, y n Q8_K values.
-                    unsafe { dot(n, out.as_mut_ptr().add(r), 0, row.as_ptr().cast(), 0, y.as_ptr().cast(), 0, 1) };
-                }
-            })
-        };
-        let (ours, theirs) = (run(lugh_kernel), run(lugh_ggml_vec_dot_q6_K_q8_K));
-        let mb = x.len() as f64 / 1e6;
-        println!(
-            "Q6_K vec_dot {rows} rows x 2048 ({mb:.1} MB): Lugh {:.1} us, ggml {:.1} us, {:.2}x",
             ours * 1e6,
             theirs * 1e6,
             theirs / ours
