@@ -66,6 +66,25 @@ static inline void q4_K_scales_and_mins(const uint8_t packed[12], uint8_t scales
     memcpy(mins + 4, &m_high, 4);
 }
 
+/* Eight rows' scales spread over the lanes of their dot products (lanes 2r
+ * and 2r+1: row r's), as int32 lanes: int16 pairs (scale, 0). */
+static inline __m512i scales_of_lane_pairs(const uint8_t scales[8]) {
+    const __m128i s = _mm_loadl_epi64((const __m128i *)scales);
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s, s));
+}
+
+/* Per row, the sum of the two 32-bit lanes it has (2r, 2r+1). */
+static inline __m256i sum_lane_pairs(__m512i lanes) {
+    return _mm512_cvtepi64_epi32(_mm512_add_epi32(lanes, _mm512_srli_epi64(lanes, 32)));
+}
+
+/* acc + dots * scales, lane by lane: one sub-block's dot products (each
+ * lane 16 products of a nibble and a byte, |sum| <= 16 * 15 * 128 < 2^15,
+ * so its low int16 is the whole value) times the (scale, 0) int16 pairs. */
+static inline __m512i scaled_sum(__m512i acc, __m512i dots, __m512i scales) {
+    return _mm512_dpwssd_epi32(acc, dots, scales);
+}
+
 /* Eight Q4_K rows (one repacked group) times one Q8_K column: c[0..7]. */
 static inline void q4_K_x8_times_column(int n_blocks, const q4_K_x8_block *x, const q8_K_block *y, float *c) {
     const __m512i low_nibble = _mm512_set1_epi8(0x0F);
@@ -96,12 +115,8 @@ static inline void q4_K_x8_times_column(int n_blocks, const q4_K_x8_block *x, co
                 second = _mm512_dpbusd_epi32(second, _mm512_and_si512(_mm512_srli_epi16(bits, 4), low_nibble),
                                              _mm512_set1_epi64(a_second));
             }
-            const __m128i s_first = _mm_loadl_epi64((const __m128i *)scales[2 * sb]);
-            const __m128i s_second = _mm_loadl_epi64((const __m128i *)scales[2 * sb + 1]);
-            sums = _mm512_add_epi32(sums,
-                                    _mm512_mullo_epi32(first, _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s_first, s_first))));
-            sums = _mm512_add_epi32(
-                sums, _mm512_mullo_epi32(second, _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s_second, s_second))));
+            sums = scaled_sum(sums, first, scales_of_lane_pairs(scales[2 * sb]));
+            sums = scaled_sum(sums, second, scales_of_lane_pairs(scales[2 * sb + 1]));
         }
         const __m256i row_sums = _mm512_cvtepi64_epi32(_mm512_add_epi32(sums, _mm512_srli_epi64(sums, 32)));
         /* the mins: per row, sum over sub-blocks of min * (sum of its 32
@@ -137,18 +152,6 @@ void ggml_gemv_q4_K_8x8_q8_K(GEMV_ARGS) {
     for (int g = 0; g < nc / 8; g++) {
         q4_K_x8_times_column(n_blocks, x + (size_t)g * n_blocks, vy, s + 8 * g);
     }
-}
-
-/* Row scales spread over the lanes of dot products (lanes 2r and 2r+1:
- * row r's) for one sub-block of each of two groups of eight rows. */
-static inline __m512i scales_of_lane_pairs(const uint8_t scales[8]) {
-    const __m128i s = _mm_loadl_epi64((const __m128i *)scales);
-    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s, s));
-}
-
-/* Per row, the sum of the two 32-bit lanes it has (2r, 2r+1). */
-static inline __m256i sum_lane_pairs(__m512i lanes) {
-    return _mm512_cvtepi64_epi32(_mm512_add_epi32(lanes, _mm512_srli_epi64(lanes, 32)));
 }
 
 /*
@@ -224,8 +227,8 @@ static inline __attribute__((always_inline)) void q4_K_tile(int n_blocks, const 
             for (int r = 0; r < 4; r++) {
                 __m256i sums[2];
                 for (int g = 0; g < 2; g++) {
-                    sums[g] = sum_lane_pairs(_mm512_add_epi32(_mm512_mullo_epi32(first[r][g], scale_first[g]),
-                                                              _mm512_mullo_epi32(second[r][g], scale_second[g])));
+                    sums[g] = sum_lane_pairs(scaled_sum(scaled_sum(_mm512_setzero_si512(), first[r][g], scale_first[g]), second[r][g],
+                                                        scale_second[g]));
                 }
                 const __m512i ints = _mm512_inserti64x4(_mm512_castsi256_si512(sums[0]), sums[1], 1);
                 /* the activation sums of the two sub-blocks, added in int16 as ggml does */
