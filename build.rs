@@ -2,8 +2,9 @@
 //! - ggml 0.26.0's base library and CPU backend, from the crates.io package
 //!   `llama-cpp-sys-2` pinned in vendor/ggml (fetched and checksum-verified by
 //!   cargo; nothing of ggml is copied into this repository);
-//!   three of its x86 dot products and its x86 Q4_1, Q8_0 and Q5_0 matrix
-//!   products are Lugh's own, bit-identical and faster (xs-rs/kernels/);
+//!   three of its x86 dot products, its x86 Q4_1, Q8_0 and Q5_0 matrix
+//!   products and its repacked Q4_K matrix products are Lugh's own,
+//!   bit-identical and faster (xs-rs/kernels/);
 //! - the small C shim over perl's API macros (xs-rs/glue/shim.c), compiled
 //!   against the headers and ccflags of the perl in $PERL (default `perl`).
 use std::env;
@@ -207,9 +208,13 @@ fn build_ggml(g: &Path, out: &Path) {
         .map(src),
     );
     match &x86 {
-        Some((_, sgemm_renamed)) => cpu_cxx.file(sgemm_renamed),
-        None => cpu_cxx.file(src("ggml-cpu/llamafile/sgemm.cpp")),
-    };
+        Some((_, cxx_wrappers)) => {
+            cpu_cxx.files(cxx_wrappers);
+        }
+        None => {
+            cpu_cxx.file(src("ggml-cpu/llamafile/sgemm.cpp"));
+        }
+    }
     for f in arch_files(&arch, "cpp") {
         cpu_cxx.file(src(f));
     }
@@ -286,13 +291,15 @@ fn build_rpc(g: &Path, _out: &Path, b: &mut cc::Build) {
 
 /// Lugh's x86 kernels take the place of some of ggml's: its Q4_1, Q8_0 and
 /// Q5_0 dot products (xs-rs/kernels/x86_vec_dot.c) in ggml's type-traits
-/// table, and its matrix products for the same types (x86_gemm.c) in front
-/// of ggml's llamafile_sgemm. ggml's x86 quants.c and llamafile/sgemm.cpp are compiled
-/// through wrappers that rename those functions, which Lugh's call where the
-/// processor lacks what its own need or the request is not theirs. Returns
-/// the C files and the C++ wrapper, to compile with the CPU backend's flags.
-fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, PathBuf) {
-    for file in ["x86_kernels.h", "x86_vec_dot.c", "x86_gemm.c"] {
+/// table, its matrix products for the same types and its one-column Q6_K
+/// products (x86_gemm.c) in front of ggml's llamafile_sgemm, and its
+/// repacked Q4_K matrix products (x86_kquants.c). ggml's x86 quants.c, repack.cpp
+/// and llamafile/sgemm.cpp are compiled through wrappers that rename those
+/// functions, which Lugh's call where the processor lacks what its own need
+/// or the request is not theirs. Returns the C files and the C++ wrappers,
+/// to compile with the CPU backend's flags.
+fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    for file in ["x86_kernels.h", "x86_vec_dot.c", "x86_gemm.c", "x86_kquants.c"] {
         println!("cargo:rerun-if-changed=xs-rs/kernels/{file}");
     }
     let renamed = |wrapper: &str, names: &[&str], source: &str| {
@@ -311,8 +318,18 @@ fn x86_kernels(g: &Path, out: &Path) -> (Vec<PathBuf>, PathBuf) {
         "arch/x86/quants.c",
     );
     let sgemm = renamed("ggml-sgemm-renamed.cpp", &["llamafile_sgemm"], "llamafile/sgemm.cpp");
-    let c_files = vec![quants, "xs-rs/kernels/x86_vec_dot.c".into(), "xs-rs/kernels/x86_gemm.c".into()];
-    (c_files, sgemm)
+    let repack = renamed(
+        "ggml-x86-repack-renamed.cpp",
+        &["ggml_gemv_q4_K_8x8_q8_K", "ggml_gemm_q4_K_8x8_q8_K"],
+        "arch/x86/repack.cpp",
+    );
+    let c_files = vec![
+        quants,
+        "xs-rs/kernels/x86_vec_dot.c".into(),
+        "xs-rs/kernels/x86_gemm.c".into(),
+        "xs-rs/kernels/x86_kquants.c".into(),
+    ];
+    (c_files, vec![sgemm, repack])
 }
 
 /// The compiler switches that choose ggml's CPU kernels.
@@ -449,7 +466,8 @@ fn arch_files(arch: &str, ext: &str) -> Vec<&'static str> {
     match (arch, ext) {
         // quants.c is compiled through x86_kernels' renaming wrapper
         ("x86_64", "c") => vec![],
-        ("x86_64", "cpp") => vec!["ggml-cpu/arch/x86/repack.cpp"],
+        // repack.cpp too: x86_kernels' wrapper
+        ("x86_64", "cpp") => vec![],
         ("aarch64", "c") => vec!["ggml-cpu/arch/arm/quants.c"],
         ("aarch64", "cpp") => vec!["ggml-cpu/arch/arm/repack.cpp"],
         _ => vec![],

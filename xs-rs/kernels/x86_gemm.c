@@ -47,10 +47,27 @@ bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void
                    int64_t ldb, float *C, int64_t ldc, int Atype, int Btype);
 bool lugh_x86_gemm_built(void);
 
-typedef enum { WEIGHTS_Q4_1, WEIGHTS_Q8_0, WEIGHTS_Q5_0 } weights_type;
+/* Q6_K (times Q8_K) is taken for one column only: the dot product is
+ * ggml's, the split of rows between threads this file's (ggml hands out
+ * 16-row chunks of a Q6_K product one by one; a Q4_K_M file's output
+ * matrix is Q6_K). */
+typedef enum { WEIGHTS_Q4_1, WEIGHTS_Q8_0, WEIGHTS_Q5_0, WEIGHTS_Q6_K } weights_type;
 
 static inline size_t weight_block_bytes(weights_type type) {
-    return type == WEIGHTS_Q4_1 ? sizeof(q4_1_block) : type == WEIGHTS_Q8_0 ? sizeof(q8_0_block) : sizeof(q5_0_block);
+    switch (type) {
+    case WEIGHTS_Q4_1:
+        return sizeof(q4_1_block);
+    case WEIGHTS_Q8_0:
+        return sizeof(q8_0_block);
+    case WEIGHTS_Q5_0:
+        return sizeof(q5_0_block);
+    default:
+        return sizeof(q6_K_block);
+    }
+}
+
+static inline int64_t block_weights_count(weights_type type) {
+    return type == WEIGHTS_Q6_K ? 256 : 32;
 }
 
 /* The activations: Q8_1 for Q4_1 weights, Q8_0 for the others. */
@@ -69,11 +86,13 @@ static void rows_times_column(weights_type type, int64_t i0, int64_t i1, int64_t
                               int64_t lda, const void *y, float *c) {
     const enum ggml_type weights = type == WEIGHTS_Q4_1   ? GGML_TYPE_Q4_1
                                    : type == WEIGHTS_Q8_0 ? GGML_TYPE_Q8_0
-                                                          : GGML_TYPE_Q5_0;
+                                   : type == WEIGHTS_Q5_0 ? GGML_TYPE_Q5_0
+                                                          : GGML_TYPE_Q6_K;
     const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(weights)->vec_dot;
     const size_t x_bytes = weight_block_bytes(type);
+    const int n = (int)(n_blocks * block_weights_count(type));
     for (int64_t i = i0; i < i1; i++) {
-        vec_dot((int)(n_blocks * 32), c + i, 0, block_at(A, i * lda, x_bytes), 0, y, 0, 1);
+        vec_dot(n, c + i, 0, block_at(A, i * lda, x_bytes), 0, y, 0, 1);
     }
 }
 
@@ -85,6 +104,8 @@ static bool product_type(int Atype, int Btype, weights_type *type) {
         *type = WEIGHTS_Q8_0;
     } else if (Atype == GGML_TYPE_Q5_0 && Btype == GGML_TYPE_Q8_0) {
         *type = WEIGHTS_Q5_0;
+    } else if (Atype == GGML_TYPE_Q6_K && Btype == GGML_TYPE_Q8_K) {
+        *type = WEIGHTS_Q6_K;
     } else {
         return false;
     }
@@ -333,7 +354,7 @@ bool lugh_x86_gemm(int ith, int nth, int64_t m, int64_t n, int64_t k, const void
         return true;
     }
 #ifdef LUGH_X86_AVX512
-    const column_group *g = n >= TILE_COLUMNS ? thread_column_group(k) : NULL;
+    const column_group *g = n >= TILE_COLUMNS && type != WEIGHTS_Q6_K ? thread_column_group(k) : NULL;
     if (!g) {
         return false;
     }

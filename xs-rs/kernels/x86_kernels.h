@@ -32,6 +32,41 @@ typedef struct {
     uint8_t qs[16];
 } q5_0_block;
 
+/* The K-quants: 256 weights a superblock. Q8_K, the activations, keeps a
+ * float scale and the sums of each 16 of its bytes. Q4_Kx8 is ggml's
+ * repacked layout of eight Q4_K rows (repack.h's block_q4_Kx8): their
+ * scales side by side, each 12-byte group of `scales` one sub-block's eight
+ * 6-bit scales and mins, and `qs` in 8-byte runs of the eight rows in turn. */
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+} q8_K_block;
+typedef struct {
+    uint8_t ql[128]; /* the low four bits */
+    uint8_t qh[64];  /* the high two bits */
+    int8_t scales[16];
+    uint16_t d;
+} q6_K_block;
+typedef struct {
+    uint16_t d[8], dmin[8];
+    uint8_t scales[96];
+    uint8_t qs[1024];
+} q4_K_x8_block;
+
+/* Four Q8_K rows as ggml's repacked matrix product reads them (repack.h's
+ * block_q8_Kx4): their scales, their bytes in 8-byte runs of the four rows
+ * in turn, and per 64 bytes of a row the four rows' four 16-byte sums. */
+typedef struct {
+    float d[4];
+    int8_t qs[1024];
+    int16_t bsums[64];
+} q8_K_x4_block;
+
+_Static_assert(sizeof(q8_K_x4_block) == 1168, "block_q8_Kx4 is 1168 bytes");
+_Static_assert(sizeof(q8_K_block) == 292, "block_q8_K is 292 bytes");
+_Static_assert(sizeof(q6_K_block) == 210, "block_q6_K is 210 bytes");
+_Static_assert(sizeof(q4_K_x8_block) == 1152, "block_q4_Kx8 is 1152 bytes");
 _Static_assert(sizeof(q4_1_block) == 20, "block_q4_1 is 20 bytes");
 _Static_assert(sizeof(q8_1_block) == 36, "block_q8_1 is 36 bytes");
 _Static_assert(sizeof(q8_0_block) == 34, "block_q8_0 is 34 bytes");

@@ -344,12 +344,12 @@ mod x86_kernel_tests {
     /// `bytes` placed so that they end where an inaccessible page begins: a
     /// kernel that reads past the row's end faults.
     fn at_page_end(bytes: &[u8]) -> (memmap2::MmapMut, usize) {
-        assert!(bytes.len() <= PAGE);
-        let mut map = memmap2::MmapMut::map_anon(2 * PAGE).unwrap();
-        let start = PAGE - bytes.len();
-        map[start..PAGE].copy_from_slice(bytes);
-        // SAFETY: the second page of a mapping this function owns; nothing refers to it.
-        assert_eq!(unsafe { mprotect(map.as_mut_ptr().add(PAGE).cast(), PAGE, 0) }, 0, "mprotect");
+        let end = bytes.len().div_ceil(PAGE).max(1) * PAGE;
+        let mut map = memmap2::MmapMut::map_anon(end + PAGE).unwrap();
+        let start = end - bytes.len();
+        map[start..end].copy_from_slice(bytes);
+        // SAFETY: the last page of a mapping this function owns; nothing refers to it.
+        assert_eq!(unsafe { mprotect(map.as_mut_ptr().add(end).cast(), PAGE, 0) }, 0, "mprotect");
         (map, start)
     }
 
@@ -605,6 +605,9 @@ mod x86_kernel_tests {
             assert_eq!(cases, shapes.len() * 2 * 3 - declined);
         }
     }
+
+    // the K-quant kernels' tests, which use the helpers above
+    include!("kquant_kernel_tests.rs");
 
     #[test]
     fn q4_1_gemm_is_ggmls_bit_for_bit() {
