@@ -17,7 +17,7 @@ subtest 'new' => sub {
     croaks_like(sub { Lugh::Inference->new(model => bless {}, 'Lugh::Model') }, qr/not a Lugh::Model object/,
         'a hand-blessed hash');
     croaks_like(sub { Lugh::Inference->new(model => $model, n_tread => 2) },
-        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split\)/,
+        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split, type_k, type_v\)/,
         'unknown option');
     croaks_like(sub { Lugh::Inference->new(model => $model, 'n_ctx') }, qr/name => value pairs/, 'odd options');
     croaks_like(sub { Lugh::Inference->new(model => $model, backend => 'NoSuch') }, qr/NoSuch.*CPU/,

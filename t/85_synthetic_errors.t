@@ -24,7 +24,7 @@ subtest 'new' => sub {
     croaks_like(sub { Lugh::Inference->new }, qr/missing model/, 'no model');
     croaks_like(sub { Lugh::Inference->new(model => 'file.gguf') }, qr/not a Lugh::Model object/, 'model not an object');
     croaks_like(sub { Lugh::Inference->new(model => $model, n_tread => 2) },
-        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split\)/,
+        qr/unknown option 'n_tread' \(valid options: backend, flash_attn, main_device, model, n_batch, n_ctx, n_gpu_layers, n_threads, rope, rpc, rpc_timeout, tensor_split, type_k, type_v\)/,
         'unknown option');
     croaks_like(sub { Lugh::Inference->new(model => $model, backend => 'NoSuch') }, qr/NoSuch.*CPU/,
         'unknown backend lists those available');

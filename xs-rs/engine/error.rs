@@ -103,7 +103,7 @@ impl fmt::Display for Error {
             Error::UnsupportedCacheVersion { path, version, readable } => write!(
                 f,
                 "'{}' is a saved KV cache of format version {version}, which this Lugh does not read (it reads \
-                 version {readable})",
+                 versions 1 to {readable})",
                 path.display()
             ),
             Error::CacheMismatch { path, what } => {

@@ -319,17 +319,17 @@ fn other_files_and_paths_are_refused() {
     std::fs::write(&gguf, b"GG").unwrap();
     assert!(message(load_for(&gguf, &t)).contains("bad magic"));
 
-    let mut v2 = std::fs::read({
+    let mut v3 = std::fs::read({
         let p = dir.file("c.kv");
         save(&p, &filled_cache(false, 2), &model_id(0x1234)).expect("saved");
         p
     })
     .unwrap();
-    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
     let newer = dir.file("newer.kv");
-    std::fs::write(&newer, &v2).unwrap();
+    std::fs::write(&newer, &v3).unwrap();
     let m = message(load_for(&newer, &t));
-    assert!(m.contains("format version 2, which this Lugh does not read (it reads version 1)"), "{m}");
+    assert!(m.contains("format version 3, which this Lugh does not read (it reads versions 1 to 2)"), "{m}");
 
     let cache = filled_cache(false, 2);
     let e = save(&dir.file("no-such-dir/c.kv"), &cache, &model_id(1)).expect_err("no directory");
