@@ -66,10 +66,12 @@ C<POST /detokenize>, each also without C</v1>) and a chat page at C</>. It is
 written in Rust (axum on tokio) inside Lugh.so; a Lugh built with
 C<LUGH_SERVER=0 perl Makefile.PL> has no server, and L</available> says so.
 
-Requests run one at a time on the session (each in a fresh context of the
-session's C<n_ctx> positions); others wait, up to C<max_queue> of them
-beyond the C<n_parallel> slots, and more are answered 503 with a
-C<Retry-After> header. A client that disconnects cancels its request at the
+Up to C<n_parallel> requests run at once (L<Lugh::Batch>: each slot its own
+context of the session's C<n_ctx> positions, one token of every running
+request a step, a new request's prompt prefix taken from a slot that holds
+it); others wait, up to C<max_queue> of them, and more are answered 503
+with a C<Retry-After> header. With C<deterministic> every request's output
+is its solo, uncached result. A client that disconnects cancels its request at the
 next token. Errors are OpenAI's JSON (C<{"error": {"code", "message",
 "type"}}>) with the matching status: 400 for malformed JSON, wrong types,
 an unknown C<model> or a prompt longer than the context; 401 without the API
@@ -101,7 +103,12 @@ Where to listen: 127.0.0.1 and 8080 by default (port 0: any free port).
 
 =item n_parallel
 
-Slots: requests accepted at once (1).
+Slots: requests served at once (1).
+
+=item deterministic
+
+1: each request's output equals its solo, uncached run whatever else is
+served (no prompt cache, one graph per request); 0 by default.
 
 =item api_key
 

@@ -9,9 +9,12 @@ use std::time::Duration;
 pub struct Config {
     pub host: String,
     pub port: u16,
-    /// Slots: requests served at once (`-np`). Until the engine batches, the
-    /// engine runs one at a time and the others wait.
+    /// Slots: requests served at once (`-np`), advancing together one graph
+    /// a step (continuous batching).
     pub n_parallel: usize,
+    /// `--deterministic`: every request's output is its solo, uncached
+    /// result, whoever else is served (at a cost in throughput).
+    pub deterministic: bool,
     /// Positions each slot's context holds (`-c` divided by `-np`, as
     /// llama-server divides it).
     pub n_ctx_slot: usize,
@@ -45,6 +48,7 @@ impl Config {
             host: "127.0.0.1".into(),
             port: 8080,
             n_parallel: 1,
+            deterministic: false,
             n_ctx_slot,
             api_key: None,
             embeddings: false,

@@ -5,7 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,

@@ -69,7 +69,7 @@ pub fn run(session: Arc<Inference>, config: Config, announce: impl FnOnce(&str))
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(&address))
         .map_err(|e| Error::Argument(format!("cannot listen on {address}: {e}")))?;
-    let engine = engine::Engine::start(session, config.n_parallel, config.max_queue);
+    let engine = engine::Engine::start(session, config.n_parallel, config.max_queue, config.deterministic);
     let app = Arc::new(App { config, engine, vocab, template, bos_text, eos_text, meta });
     let router = routes::router(app.clone());
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(address);

@@ -109,6 +109,9 @@ pub struct Generation {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
+    /// llama-server's `cache_prompt` (default true): the prompt may start
+    /// from what a slot's cache holds.
+    pub cache_prompt: bool,
 }
 
 /// Reads the fields shared by /v1/chat/completions and /v1/completions.
@@ -161,7 +164,8 @@ pub fn generation(f: &Fields) -> Result<Generation, ApiError> {
         Some(Value::Object(o)) => o.get("include_usage").and_then(Value::as_bool).unwrap_or(false),
         Some(other) => return Err(wrong_type("stream_options", "an object", other)),
     };
-    Ok(Generation { options, max_tokens, stream, include_usage })
+    let cache_prompt = f.bool("cache_prompt")?.unwrap_or(true);
+    Ok(Generation { options, max_tokens, stream, include_usage, cache_prompt })
 }
 
 /// `top_logprobs` (0 when absent) for a request with `logprobs` on.

@@ -16,6 +16,7 @@ const SERVER_OPTIONS: &[Opt<Config>] = &[
     Opt::new("host", |perl, sv, c| set(&mut c.host, perl.string_arg(sv, "host"))),
     Opt::new("port", |perl, sv, c| set(&mut c.port, perl.ranged_arg(sv, "port", 0, 65535).map(|p| p as u16))),
     Opt::new("n_parallel", |perl, sv, c| set(&mut c.n_parallel, perl.ranged_arg(sv, "n_parallel", 1, 256))),
+    Opt::new("deterministic", |perl, sv, c| set(&mut c.deterministic, perl.bool_arg(sv, "deterministic"))),
     Opt::new("api_key", |perl, sv, c| {
         let key = perl.string_arg(sv, "api_key")?;
         if key.is_empty() {

@@ -41,9 +41,12 @@ fn solo(s: &Arc<Inference>, prompt: &[i32], options: &GenerateOptions) -> Vec<i3
     s.generate::<Error>(prompt, None, options, |_, _| Ok(false), |_| Ok(false), |_| Ok(())).expect("solo").tokens
 }
 
-/// Runs the batch until idle: each request's tokens, text and Done event.
-fn run(batch: &mut Batch) -> std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)> {
-    let mut out: std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)> = Default::default();
+/// Each request's tokens, text and (once done) why it ended and its counts.
+type Outcomes = std::collections::HashMap<SeqId, (Vec<i32>, String, Option<(StopReason, Usage)>)>;
+
+/// Runs the batch until idle.
+fn run(batch: &mut Batch) -> Outcomes {
+    let mut out: Outcomes = Default::default();
     while !batch.is_idle() {
         for e in batch.step().expect("step") {
             match e {

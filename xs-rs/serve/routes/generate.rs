@@ -41,7 +41,11 @@ pub async fn respond(app: Arc<App>, mut p: Prepared) -> Response {
     options.max_tokens = p.generation.max_tokens.map_or(room, |m| m.min(room));
     options.logprobs = p.top_logprobs;
     options.overrides = app.config.overrides.clone();
-    let work = Work::Generate { prompt: std::mem::take(&mut p.prompt), options: Box::new(options.clone()) };
+    let work = Work::Generate {
+        prompt: std::mem::take(&mut p.prompt),
+        options: Box::new(options.clone()),
+        cache_prompt: p.generation.cache_prompt,
+    };
     let events = match app.engine.submit(work, super::deadline(&app)) {
         Ok(events) => events,
         Err(e) => return e.into_response(),
