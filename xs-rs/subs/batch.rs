@@ -6,7 +6,6 @@ use super::generate_options::{GenerateArgs, GENERATE_CALL_OPTIONS, GENERATE_OPTI
 use super::inference::{logprob_entry, CLASS as INFERENCE_CLASS};
 use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::generate::batch::{Batch, BatchEvent, BatchOptions, BatchRequest, SeqId, MAX_SLOTS};
-use crate::engine::generate::generation::GenerateOptions;
 use crate::engine::generate::inference::Inference;
 use crate::engine::Error;
 use crate::glue::{names, new_object, object_arc, set, Args, Given, Opt, Perl, Ret, Sv, XsError};
@@ -113,17 +112,7 @@ xs_subs! { "Lugh::Batch";
         let b = this(args)?;
         let perl = args.perl();
         let n_vocab = b.inference.runner.n_vocab();
-        let mut call = GenerateArgs {
-            n_vocab,
-            prompt: None,
-            cache: None,
-            stats: None,
-            callback: None,
-            on_text: None,
-            progress: None,
-            options: GenerateOptions::default(),
-            constraint: None,
-        };
+        let mut call = GenerateArgs::new(n_vocab);
         let given = Given::read(perl, &args.rest(1), &add_names())?;
         given.apply(perl, GENERATE_CALL_OPTIONS, &mut call)?;
         given.apply(perl, GENERATE_OPTIONS, &mut call)?;

@@ -28,6 +28,23 @@ pub(crate) struct GenerateArgs {
     pub(crate) constraint: Option<&'static str>,
 }
 
+impl GenerateArgs {
+    /// Nothing given yet, for a model of `n_vocab` tokens.
+    pub(crate) fn new(n_vocab: usize) -> GenerateArgs {
+        GenerateArgs {
+            n_vocab,
+            prompt: None,
+            cache: None,
+            stats: None,
+            callback: None,
+            on_text: None,
+            progress: None,
+            options: GenerateOptions::default(),
+            constraint: None,
+        }
+    }
+}
+
 /// Sets the grammar that constrains generation (none: response_format
 /// "text"), refusing a second one.
 fn set_constraint(a: &mut GenerateArgs, option: &'static str, grammar: Option<Arc<Grammar>>) -> Result<(), Error> {

@@ -7,7 +7,7 @@ use super::rope::rope_arg;
 use super::sampling_options::SAMPLING_OPTIONS;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, KvType, Output, Overrides, MAX_CTX};
 use crate::engine::generate::embedding::Pooling;
-use crate::engine::generate::generation::{GenerateOptions, Step, TokenLogprob};
+use crate::engine::generate::generation::{Step, TokenLogprob};
 use crate::engine::generate::inference::{CacheHandle, Inference, PoolHandle};
 use crate::engine::generate::logits::Logits;
 use crate::engine::generate::sampler::{Sampler, SamplerKind, SamplerOptions};
@@ -550,17 +550,7 @@ xs_subs! { "Lugh::Inference";
         let n_vocab = s.runner.n_vocab();
         // The prompt comes first, or as prompt => [...].
         let positional = args.len() > 1 && perl.ref_kind(args.get(1)) == b'A';
-        let mut call = GenerateArgs {
-            n_vocab,
-            prompt: None,
-            cache: None,
-            stats: None,
-            callback: None,
-            on_text: None,
-            progress: None,
-            options: GenerateOptions::default(),
-            constraint: None,
-        };
+        let mut call = GenerateArgs::new(n_vocab);
         let valid = valid_names(&[
             names(GENERATE_CALL_OPTIONS).collect(),
             names(GENERATE_OPTIONS).collect(),
