@@ -446,3 +446,24 @@ fn a_shared_kv_layer_keeps_and_saves_nothing() {
         assert_eq!(a, b, "layer 0's cells come back");
     }
 }
+
+#[test]
+fn a_version_1_file_loads_as_f16_keys_and_values() {
+    let dir = TempDir::new("v1");
+    let saved = filled_cache(false, 5);
+    let path = dir.file("v2.kv");
+    save(&path, &saved, &model_id(0x1234)).expect("saved");
+    let mut bytes = std::fs::read(&path).unwrap();
+    // what a version-1 writer wrote: its version, and 0 where V's type is now
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    bytes[52..56].copy_from_slice(&0u32.to_le_bytes());
+    let header_sum = crate::engine::xxhash::xxh64(&bytes[..HEADER_SUM_AT]);
+    bytes[HEADER_SUM_AT..HEADER_LEN].copy_from_slice(&header_sum.to_le_bytes());
+    let end = bytes.len() - CHECKSUM_LEN as usize;
+    let sum = crate::engine::xxhash::xxh64(&bytes[..end]);
+    bytes[end..].copy_from_slice(&sum.to_le_bytes());
+    let v1 = dir.file("v1.kv");
+    std::fs::write(&v1, &bytes).unwrap();
+    let loaded = load_for(&v1, &target(false)).expect("a version-1 file loads");
+    assert_eq!(contents(&loaded), contents(&saved), "the same keys and values");
+}
