@@ -117,7 +117,13 @@ impl Blueprint<'_> {
         let n_outputs: usize = segments.iter().map(|s| if s.all_outputs { s.n_tokens } else { 1 }).sum();
         let inputs = GraphInputs::declare(&g, hp, segments, self.flash_attn, worst_case, n_outputs);
         let attn_temp = inputs.attn_temp.map(|(t, _)| t);
-        let b = Builder { bp: self, g: &g, n_tokens: n_tokens as i64, attn_temp, rotation: inputs.hadamard.clone() };
+        let b = Builder {
+            bp: self,
+            g: &g,
+            n_tokens: n_tokens as i64,
+            attn_temp,
+            rotation: inputs.hadamard.iter().map(|&(n, t, _)| (n, t)).collect(),
+        };
         let (tokens, pos, out_ids, seg_inputs) = (inputs.tokens, inputs.pos, inputs.out_ids, &inputs.segments);
 
         let w = self.weights;

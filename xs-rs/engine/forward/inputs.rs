@@ -38,8 +38,9 @@ pub struct GraphInputs {
     /// section: the token's position three times, then zeros), else 1.
     pub positions_per_token: usize,
     /// The Walsh-Hadamard matrices a quantized cache's rotations use, by
-    /// size (llama.cpp's attn_inp_k_rot / attn_inp_v_rot).
-    pub hadamard: Vec<(usize, Tensor)>,
+    /// size (llama.cpp's attn_inp_k_rot / attn_inp_v_rot), with their
+    /// values (made once with the graph, set at every step).
+    pub hadamard: Vec<(usize, Tensor, Vec<f32>)>,
 }
 
 fn input(g: &GraphCtx, ty: i32, ne: &[i64], label: &str) -> Tensor {
@@ -108,8 +109,13 @@ impl GraphInputs {
             .collect();
         sizes.sort_unstable();
         sizes.dedup();
-        let hadamard =
-            sizes.into_iter().map(|n| (n, input(g, GGML_TYPE_F32, &[n as i64, n as i64], "attn_inp_rot"))).collect();
+        let hadamard = sizes
+            .into_iter()
+            .map(|n| {
+                let t = input(g, GGML_TYPE_F32, &[n as i64, n as i64], "attn_inp_rot");
+                (n, t, crate::engine::forward::kv_cache::hadamard(n))
+            })
+            .collect();
         GraphInputs {
             tokens,
             pos,
@@ -204,8 +210,8 @@ impl GraphInputs {
     }
 
     fn fill_hadamard(&self) {
-        for &(n, t) in &self.hadamard {
-            rt::tensor_set(t, &crate::engine::forward::kv_cache::hadamard(n));
+        for (_, t, values) in &self.hadamard {
+            rt::tensor_set(*t, values);
         }
     }
 
