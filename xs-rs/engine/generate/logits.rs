@@ -73,17 +73,31 @@ impl Logits {
 /// the maximum by independent lanes (so the loop vectorises), then its
 /// first position. A 262,144-entry vocabulary takes tens of microseconds.
 pub fn first_max_of_numbers(values: &[f32]) -> usize {
+    first_max_if_numbers(values).map_or(0, |(i, _)| i)
+}
+
+/// The index and value of the first largest of `values` in one pass, or
+/// None when `values` is empty or holds a NaN: greedy decoding's whole
+/// sampling step, which over a 262,144-entry vocabulary is worth a pass
+/// rather than the several that checking, copying and choosing take.
+pub fn first_max_if_numbers(values: &[f32]) -> Option<(usize, f32)> {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
+    // a lane that ever saw a NaN stays marked
+    let mut nan = [false; LANES];
     let chunks = values.chunks_exact(LANES);
     let rest = chunks.remainder();
     for chunk in chunks {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+        for ((lane, seen), &v) in lanes.iter_mut().zip(nan.iter_mut()).zip(chunk) {
             *lane = if v > *lane { v } else { *lane };
+            *seen |= v.is_nan();
         }
     }
+    if values.is_empty() || nan.contains(&true) || rest.iter().any(|v| v.is_nan()) {
+        return None;
+    }
     let max = lanes.iter().chain(rest).copied().fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m });
-    values.iter().position(|&v| v == max).unwrap_or(0)
+    values.iter().position(|&v| v == max).map(|i| (i, max))
 }
 
 /// The `n` best (index, value) pairs of `values`, best first, the lower
@@ -141,6 +155,19 @@ mod tests {
         assert_eq!(first_max_of_numbers(&v), 3, "the lowest index among equals");
         assert_eq!(first_max_of_numbers(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
         assert_eq!(first_max_of_numbers(&[-3.0, -1.0, -2.0]), 1);
+    }
+
+    #[test]
+    fn first_max_checks_for_nan() {
+        assert_eq!(first_max_if_numbers(&[]), None);
+        let mut v: Vec<f32> = (0..100).map(|i| (i % 37) as f32).collect();
+        assert_eq!(first_max_if_numbers(&v), Some((36, 36.0)));
+        v[50] = f32::NAN;
+        assert_eq!(first_max_if_numbers(&v), None, "a NaN in the lanes");
+        v[50] = 0.0;
+        v[99] = f32::NAN;
+        assert_eq!(first_max_if_numbers(&v), None, "a NaN in the remainder");
+        assert_eq!(first_max_if_numbers(&[f32::NEG_INFINITY, f32::INFINITY, f32::INFINITY]), Some((1, f32::INFINITY)));
     }
 
     #[test]

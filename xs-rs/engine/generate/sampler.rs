@@ -14,7 +14,7 @@
 //! one draw per token for `dist`, a generator of its own for XTC. Without a
 //! seed, the seed comes from the default generator that `Lugh::srand`
 //! reseeds.
-use crate::engine::generate::logits::first_max_of_numbers;
+use crate::engine::generate::logits::{first_max_if_numbers, first_max_of_numbers};
 use crate::engine::generate::sampler_steps::{
     bucket_partial_sort, dist, min_p, mirostat_v1, mirostat_v2, temperature, top_k, top_n_sigma, top_p, typical_p, xtc,
     Dry, DryBreakers, Mirostat, Penalties,
@@ -496,6 +496,15 @@ impl Sampler {
     /// The next token for `logits`, penalising tokens of `history` (the
     /// prompt and what was generated, oldest first).
     pub fn sample(&mut self, logits: &[f32], history: &[i32]) -> Result<i32> {
+        if self.options.is_greedy() && !self.options.changes_the_argmax() {
+            // the first largest finite logit is the chain's answer; NaN and
+            // infinite logits take the checked path below
+            if let Some((best, max)) = first_max_if_numbers(logits) {
+                if max.is_finite() {
+                    return Ok(best as i32);
+                }
+            }
+        }
         self.sample_filtered(logits, history, &mut |_| {})
     }
 
