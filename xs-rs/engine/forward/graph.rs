@@ -603,11 +603,17 @@ impl Builder<'_, '_> {
         } else {
             match w.qkv {
                 QkvWeights::Latent(_) => unreachable!("latent attention is built by latent_qkv"),
-                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => (
-                    g.reshape_3d(self.linear(wq, bq, x), hd_q, n_head, n),
-                    g.reshape_3d(self.linear(wk, bk, x), hd_k, n_head_kv, n),
-                    g.reshape_3d(self.linear(wv, bv, x), hd_v, n_head_kv, n),
-                ),
+                QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => {
+                    let k_product = self.linear(wk, bk, x);
+                    // V read through K's projection (Gemma 4's layers without
+                    // attn_v): K's product serves both, as in llama.cpp
+                    let v_product = if (wv, bv) == (wk, bk) { k_product } else { self.linear(wv, bv, x) };
+                    (
+                        g.reshape_3d(self.linear(wq, bq, x), hd_q, n_head, n),
+                        g.reshape_3d(k_product, hd_k, n_head_kv, n),
+                        g.reshape_3d(v_product, hd_v, n_head_kv, n),
+                    )
+                }
                 QkvWeights::Fused { wqkv, bqkv } => {
                     // views of the one product, as llama.cpp's build_qkv (copied
                     // out for training: ggml's gradients of a view and of a copy
