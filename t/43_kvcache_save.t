@@ -186,10 +186,10 @@ subtest 'every flipped byte' => sub {
 subtest 'other files and paths' => sub {
     refused(sub { $load->($path) }, qr/'\Q$path\E' is not a saved Lugh KV cache \(bad magic\)/, 'a GGUF model');
     my $v3 = $good;
-    substr($v3, 8, 4) = pack 'V', 3;
+    substr($v3, 8, 4) = pack 'V', 4;
     refused(sub { $load->(write_bytes($v3)) },
-        qr/is a saved KV cache of format version 3, which this Lugh does not read \(it reads versions 1 to 2\)/,
-        'version 3');
+        qr/is a saved KV cache of format version 4, which this Lugh does not read \(it reads versions 1 to 3\)/,
+        'version 4');
     refused(sub { $load->("$dir/absent.kv") }, qr/cannot read '\Q$dir\E\/absent.kv': No such file/, 'a missing file');
     refused(sub { $load->($dir) }, qr/cannot read '\Q$dir\E': it is a directory/, 'a directory');
     refused(sub { $cache->save("$dir/no/such/dir/c.kv") }, qr/\ALugh::KVCache->save: cannot write '\Q$dir\E\/no\/such\/dir\/c.kv': .*No such file/,

@@ -142,8 +142,9 @@ For SmolLM2-135M a position takes 22.5 KiB (30 layers of 192 keys and 192
 values in f16), for Qwen2.5-0.5B 12 KiB: 500 positions are 11.5 or 6 MB;
 a quantized cache (L<Lugh::Inference/new>'s C<type_k>, C<type_v>) takes less.
 
-The format (version 2, described in F<xs-rs/engine/forward/kv_file.rs>;
-version 1 files, from Lugh before the cache types, still load): a header
+The format (version 3, described in F<xs-rs/engine/forward/kv_file.rs>;
+version 1 and 2 files, from earlier Lughs, still load, but for models whose
+layers differ in width, such as Gemma 4, which they stored padded): a header
 of 256 bytes (the magic C<LUGHKVC\0>, the version, the model's fingerprint,
 architecture and name, the cache's shape and key and value types, C<n_ctx>,
 the flash-attention setting and the number of positions) with its own checksum, the token ids,

@@ -48,9 +48,10 @@ pub struct CacheLayout {
     /// attend over an earlier layer's); n_layer when every layer keeps its own.
     pub n_layer_kv: usize,
     /// Each layer's heads where layers differ (Gemma 4's sliding and full
-    /// layers; empty: every layer has the heads above). A layer's K and V
-    /// fill the start of rows n_embd_k_gqa / n_embd_v_gqa wide (the widest
-    /// layer's).
+    /// layers; empty: every layer has the heads above). Each layer's K and
+    /// V rows are as wide as its own heads, but for V stored transposed,
+    /// whose rows are n_embd_v_gqa channels (the widest layer's) in every
+    /// layer, as llama.cpp keeps it.
     pub layer_heads: Vec<LayerHeads>,
 }
 
@@ -166,6 +167,29 @@ impl CacheLayout {
         })
     }
 
+    /// The values in one cell's row of layer `il`'s K or V (0: V lives in
+    /// K's rows); with V transposed, the channels of every layer's V.
+    pub fn width(&self, il: usize, part: Part) -> usize {
+        let own = !self.layer_heads.is_empty();
+        let h = self.heads(il);
+        match part {
+            Part::K if own => h.n_head_kv * h.head_dim_k,
+            Part::K => self.n_embd_k_gqa,
+            Part::V if self.v_in_k => 0,
+            Part::V if own && !self.v_trans => h.n_head_kv * h.head_dim_v,
+            Part::V => self.n_embd_v_gqa,
+        }
+    }
+
+    /// Whether some layer's rows are narrower than the widest layer's
+    /// (saved caches before format 3 stored them padded to it).
+    pub fn has_narrow_layers(&self) -> bool {
+        (0..self.n_layer).filter(|&il| self.holds_kv(il)).any(|il| {
+            self.width(il, Part::K) != self.n_embd_k_gqa
+                || (!self.v_in_k && self.width(il, Part::V) != self.n_embd_v_gqa)
+        })
+    }
+
     /// Layer `il`'s rotations (none for most caches).
     pub fn rotations(&self, il: usize) -> Rotations {
         self.rotations.get(il).copied().unwrap_or_default()
@@ -181,15 +205,15 @@ impl CacheLayout {
         self.recurrent.as_ref().is_some_and(|r| r.layers.get(il).copied().unwrap_or(false))
     }
 
-    /// The byte ranges (offset, length) of one layer's K or V that hold its
-    /// first `n` cells: one range of `n` whole rows, or with V transposed
-    /// the first `n` entries of each channel's row.
-    fn cell_ranges(&self, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
-        let (width, by_channel, ty) = match part {
-            Part::K => (self.n_embd_k_gqa, false, self.type_k),
-            // nothing of its own: it is stored (and saved) with K
-            Part::V if self.v_in_k => (0, false, self.type_v),
-            Part::V => (self.n_embd_v_gqa, self.v_trans, self.type_v),
+    /// The byte ranges (offset, length) of layer `il`'s K or V that hold
+    /// its first `n` cells: one range of `n` whole rows, or with V
+    /// transposed the first `n` entries of each channel's row.
+    fn cell_ranges(&self, il: usize, part: Part, n: usize) -> impl Iterator<Item = (usize, usize)> {
+        // V within K has nothing of its own: it is stored (and saved) with K
+        let width = self.width(il, part);
+        let (by_channel, ty) = match part {
+            Part::K => (false, self.type_k),
+            Part::V => (self.v_trans && !self.v_in_k, self.type_v),
         };
         let (count, stride, len) = if by_channel {
             (width, row_size(ty, self.kv_size as i64), row_size(ty, n as i64))
@@ -207,9 +231,9 @@ impl CacheLayout {
         }
     }
 
-    /// The bytes of the first `n` cells of one layer's K or V.
-    pub fn cells_bytes(&self, part: Part, n: usize) -> usize {
-        self.cell_ranges(part, n).map(|(_, len)| len).sum()
+    /// The bytes of the first `n` cells of layer `il`'s K or V.
+    pub fn cells_bytes(&self, il: usize, part: Part, n: usize) -> usize {
+        self.cell_ranges(il, part, n).map(|(_, len)| len).sum()
     }
 }
 
@@ -283,11 +307,11 @@ impl KvCache {
                 if !layout.holds_kv(il) {
                     continue;
                 }
-                let kt = ctx.new_tensor(layout.type_k, &[layout.n_embd_k_gqa as i64, layout.kv_size as i64]);
+                let kt = ctx.new_tensor(layout.type_k, &[layout.width(il, Part::K) as i64, layout.kv_size as i64]);
                 kt.set_name(&format!("cache_k_l{il}"));
                 k[il] = Some(kt);
                 if !layout.v_in_k {
-                    let vt = ctx.new_tensor(layout.type_v, &[layout.n_embd_v_gqa as i64, layout.kv_size as i64]);
+                    let vt = ctx.new_tensor(layout.type_v, &[layout.width(il, Part::V) as i64, layout.kv_size as i64]);
                     vt.set_name(&format!("cache_v_l{il}"));
                     v[il] = Some(vt);
                 }
@@ -495,9 +519,9 @@ impl KvCache {
     /// is [`CacheLayout::cells_bytes`] long), in the tensor's own order: cell
     /// after cell, or with V transposed channel after channel.
     pub fn read_cells(&self, il: usize, part: Part, n: usize, out: &mut [u8]) {
-        assert_eq!(out.len(), self.layout.cells_bytes(part, n), "read_cells: size");
+        assert_eq!(out.len(), self.layout.cells_bytes(il, part, n), "read_cells: size");
         let mut at = 0;
-        for (offset, len) in self.layout.cell_ranges(part, n) {
+        for (offset, len) in self.layout.cell_ranges(il, part, n) {
             rt::tensor_read(self.tensor(il, part), offset, &mut out[at..at + len]);
             at += len;
         }
@@ -507,9 +531,9 @@ impl KvCache {
     /// out as [`KvCache::read_cells`] gives them. The cells join the cache
     /// with [`KvCache::advance`].
     pub fn write_cells(&mut self, il: usize, part: Part, n: usize, data: &[u8]) {
-        assert_eq!(data.len(), self.layout.cells_bytes(part, n), "write_cells: size");
+        assert_eq!(data.len(), self.layout.cells_bytes(il, part, n), "write_cells: size");
         let mut at = 0;
-        for (offset, len) in self.layout.cell_ranges(part, n) {
+        for (offset, len) in self.layout.cell_ranges(il, part, n) {
             rt::tensor_write(self.tensor(il, part), offset, &data[at..at + len]);
             at += len;
         }
@@ -576,7 +600,7 @@ impl KvCache {
                 continue;
             }
             for part in [Part::K, Part::V] {
-                bytes.resize(self.layout.cells_bytes(part, n), 0);
+                bytes.resize(self.layout.cells_bytes(il, part, n), 0);
                 from.read_cells(il, part, n, &mut bytes);
                 self.write_cells(il, part, n, &bytes);
             }
@@ -645,19 +669,7 @@ impl KvCache {
     pub fn store_k(&self, g: &GraphCtx, k_cur: Tensor, k_idxs: Tensor, il: usize) -> Tensor {
         let ne = k_cur.ne();
         let rows = g.view_2d(k_cur, [ne[0] * ne[1], ne[2]], k_cur.nb()[2], 0);
-        let rows = self.widened(g, rows, self.layout.n_embd_k_gqa);
         g.set_rows(self.tensor(il, Part::K), rows, k_idxs)
-    }
-
-    /// `rows` [width, n] padded with zeros to the cache's rows, where a
-    /// layer's K or V is narrower than the widest layer's (never read).
-    fn widened(&self, g: &GraphCtx, rows: Tensor, row_width: usize) -> Tensor {
-        let pad = row_width as i64 - rows.ne()[0];
-        if pad > 0 {
-            g.pad(rows, [pad as i32, 0, 0, 0])
-        } else {
-            rows
-        }
     }
 
     /// Writes V of the new tokens, as `store_k`; with V transposed every
@@ -668,7 +680,6 @@ impl KvCache {
         let n_embd = ne[0] * ne[1];
         if !self.layout.v_trans {
             let rows = g.view_2d(v_cur, [n_embd, ne[2]], v_cur.nb()[2], 0);
-            let rows = self.widened(g, rows, self.layout.n_embd_v_gqa);
             return g.set_rows(self.tensor(il, Part::V), rows, v_idxs);
         }
         let flat = if row_size(v_cur.type_id(), n_embd) == v_cur.nb()[2] {
@@ -676,8 +687,10 @@ impl KvCache {
         } else {
             g.cont_2d(v_cur, n_embd, ne[2])
         };
-        // every channel of the widest layer has its indices
-        let flat = self.widened(g, flat, self.layout.n_embd_v_gqa);
+        // every channel of the widest layer has its indices: a narrower
+        // layer's rows are padded with zeros (never read)
+        let pad = self.layout.n_embd_v_gqa as i64 - n_embd;
+        let flat = if pad > 0 { g.pad(flat, [pad as i32, 0, 0, 0]) } else { flat };
         let n_embd = flat.ne()[0];
         let cache = self.tensor(il, Part::V);
         let n_cache = cache.ne()[0] * cache.ne()[1];
@@ -691,15 +704,11 @@ impl KvCache {
         let l = &self.layout;
         let h = l.heads(il);
         let k = self.tensor(il, Part::K);
-        let t = k.type_id();
+        let (t, width) = (k.type_id(), l.width(il, Part::K));
         g.view_4d(
             k,
             [h.head_dim_k as i64, h.n_head_kv as i64, n_kv as i64, 1],
-            [
-                row_size(t, h.head_dim_k as i64),
-                row_size(t, l.n_embd_k_gqa as i64),
-                row_size(t, (l.n_embd_k_gqa * l.kv_size) as i64),
-            ],
+            [row_size(t, h.head_dim_k as i64), row_size(t, width as i64), row_size(t, (width * l.kv_size) as i64)],
             0,
         )
     }
@@ -716,16 +725,12 @@ impl KvCache {
             return g.view_4d(k, [h.head_dim_v as i64, h.n_head_kv as i64, n_kv as i64, 1], [nb[1], nb[2], nb[3]], 0);
         }
         let v = self.tensor(il, Part::V);
-        let t = v.type_id();
+        let (t, width) = (v.type_id(), l.width(il, Part::V));
         if !l.v_trans {
             return g.view_4d(
                 v,
                 [h.head_dim_v as i64, h.n_head_kv as i64, n_kv as i64, 1],
-                [
-                    row_size(t, h.head_dim_v as i64),
-                    row_size(t, l.n_embd_v_gqa as i64),
-                    row_size(t, (l.n_embd_v_gqa * l.kv_size) as i64),
-                ],
+                [row_size(t, h.head_dim_v as i64), row_size(t, width as i64), row_size(t, (width * l.kv_size) as i64)],
                 0,
             );
         }

@@ -2,13 +2,16 @@
 //! back from, so that a later session continues it without evaluating its
 //! tokens again.
 //!
-//! Format version 2, all integers little-endian (version 1, still read, has
-//! 0 at 52..56 and f16 keys and values):
+//! Format version 3, all integers little-endian. Versions 1 and 2 are still
+//! read: version 1 has 0 at 52..56 and f16 keys and values; both stored
+//! every layer's rows as wide as the widest layer's, which version 3 does
+//! only for V stored transposed, so they are read for models whose layers
+//! all have one width (not Gemma 4's).
 //!
 //! | bytes    | what                                                         |
 //! |----------|--------------------------------------------------------------|
 //! | 0..8     | magic `LUGHKVC\0`                                            |
-//! | 8..12    | format version (u32, 2)                                      |
+//! | 8..12    | format version (u32, 3)                                      |
 //! | 12..16   | flags (u32): bit 0 set = V stored transposed (flash attn off) |
 //! | 16..24   | model fingerprint (u64, [`Model::fingerprint`])              |
 //! | 24..52   | n_layer, n_embd_k_gqa, n_embd_v_gqa, n_ctx, kv_size, ggml type of K (1 = f16), n_tokens (u32 each) |
@@ -20,8 +23,9 @@
 //! | then     | per layer: the K of cells 0..n_tokens, then their V; for a recurrent layer its state |
 //! | last 8   | XXH64 of everything before it                                |
 //!
-//! K of a layer is n_tokens rows of n_embd_k_gqa values in its type (position
-//! by position, as the tensor holds them); V likewise, or, stored transposed,
+//! K of a layer is n_tokens rows of its own K width (n_embd_k_gqa unless
+//! its heads differ from the widest layer's) in its type (position by
+//! position, as the tensor holds them); V likewise, or, stored transposed,
 //! n_embd_v_gqa rows (one per channel) of n_tokens values. Only the filled
 //! cells are written. A recurrent layer (Qwen3.5's delta-net) has no cells
 //! but one state of the sequence: its convolution state, then its
@@ -42,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const MAGIC: &[u8; 8] = b"LUGHKVC\0";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = 256;
 const HEADER_SUM_AT: usize = HEADER_LEN - 8;
 const ARCH_FIELD: std::ops::Range<usize> = 56..88;
@@ -77,6 +81,7 @@ pub struct Target {
 /// The header fields of a saved cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Header {
+    version: u32,
     model: ModelId,
     n_layer: u32,
     n_embd_k_gqa: u32,
@@ -98,6 +103,7 @@ impl Header {
     fn of(cache: &KvCache, model: &ModelId) -> Result<Header> {
         let l = cache.layout();
         Ok(Header {
+            version: FORMAT_VERSION,
             model: model.clone(),
             n_layer: field("n_layer", l.n_layer)?,
             n_embd_k_gqa: field("n_embd_k_gqa", l.n_embd_k_gqa)?,
@@ -154,6 +160,7 @@ impl Header {
         // version 1 stored both as the one type at 44
         let type_v = if u32_at(8) == 1 { u32_at(44) } else { u32_at(52) };
         Ok(Header {
+            version: u32_at(8),
             model: ModelId {
                 fingerprint: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
                 name: get_text(&b[NAME_FIELD]),
@@ -224,6 +231,14 @@ impl Header {
                 ),
             ));
         }
+        if self.version < 3 && l.has_narrow_layers() {
+            return refuse(format!(
+                "it was saved in format version {} by an earlier Lugh, which stored this model's narrower layers \
+                 padded to the widest layer's width; this Lugh keeps each layer at its own width (evaluate the \
+                 prompt again and save the cache anew)",
+                self.version
+            ));
+        }
         if self.n_tokens > self.n_ctx {
             return Err(corrupt(
                 path,
@@ -245,8 +260,8 @@ impl Header {
             if !layout.holds_kv(il) {
                 continue;
             }
-            parts.push((format!("the keys of layer {il}"), layout.cells_bytes(Part::K, n) as u64));
-            parts.push((format!("the values of layer {il}"), layout.cells_bytes(Part::V, n) as u64));
+            parts.push((format!("the keys of layer {il}"), layout.cells_bytes(il, Part::K, n) as u64));
+            parts.push((format!("the values of layer {il}"), layout.cells_bytes(il, Part::V, n) as u64));
         }
         parts.push(("the checksum".to_string(), CHECKSUM_LEN));
         parts
@@ -262,7 +277,7 @@ fn check_magic_and_version(path: &Path, start: &[u8]) -> Result<()> {
     }
     if let Some(v) = start.get(8..12) {
         let version = u32::from_le_bytes(v.try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION && version != 1 {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedCacheVersion { path: path.to_path_buf(), version, readable: FORMAT_VERSION });
         }
     }
@@ -383,7 +398,7 @@ fn write_file(path: &Path, header: &Header, cache: &KvCache) -> std::io::Result<
             continue;
         }
         for part in [Part::K, Part::V] {
-            cells.resize(cache.layout().cells_bytes(part, n), 0);
+            cells.resize(cache.layout().cells_bytes(il, part, n), 0);
             cache.read_cells(il, part, n, &mut cells);
             f16_to_or_from_le(&mut cells);
             w.put(&cells)?;
@@ -495,7 +510,7 @@ pub fn load(path: &Path, target: &Target, new_cache: impl FnOnce() -> Result<KvC
             continue;
         }
         for part in [Part::K, Part::V] {
-            bytes.resize(target.layout.cells_bytes(part, n), 0);
+            bytes.resize(target.layout.cells_bytes(il, part, n), 0);
             r.take(&mut bytes, what.next().expect("one section per part"))?;
             f16_to_or_from_le(&mut bytes);
             cache.write_cells(il, part, n, &bytes);

@@ -4,6 +4,7 @@
 //! present, that a session continuing from a loaded cache computes exactly
 //! what it computes from the cache it saved.
 use super::*;
+use crate::engine::forward::kv_cache::LayerHeads;
 use crate::engine::forward::runner::{FlashAttn, InferenceOptions, Output, Overrides};
 use crate::engine::generate::inference::Inference;
 use crate::engine::ggml::ops::GGML_TYPE_F16;
@@ -69,7 +70,7 @@ fn filled_cache(v_trans: bool, n: usize) -> KvCache {
     let mut cache = empty_cache(layout(v_trans));
     for il in 0..2 {
         for (p, part) in [Part::K, Part::V].into_iter().enumerate() {
-            let len = cache.layout().cells_bytes(part, n);
+            let len = cache.layout().cells_bytes(il, part, n);
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + il * 31 + p * 101 + 1) as u8).collect();
             cache.write_cells(il, part, n, &data);
         }
@@ -97,7 +98,7 @@ fn contents(cache: &KvCache) -> Vec<u8> {
     let mut all = Vec::new();
     for il in 0..cache.n_layer() {
         for part in [Part::K, Part::V] {
-            let mut bytes = vec![0u8; cache.layout().cells_bytes(part, kv_size)];
+            let mut bytes = vec![0u8; cache.layout().cells_bytes(il, part, kv_size)];
             cache.read_cells(il, part, kv_size, &mut bytes);
             all.extend(bytes);
         }
@@ -114,7 +115,7 @@ fn a_loaded_cache_holds_exactly_what_was_saved() {
             let path = dir.file(&format!("cache-{v_trans}-{n}.kv"));
             save(&path, &saved, &model_id(0x1234)).expect("saved");
             let l = layout(v_trans);
-            let data: usize = [Part::K, Part::V].iter().map(|&p| l.cells_bytes(p, n)).sum::<usize>() * l.n_layer;
+            let data: usize = [Part::K, Part::V].iter().map(|&p| l.cells_bytes(0, p, n)).sum::<usize>() * l.n_layer;
             let size = std::fs::metadata(&path).expect("written").len() as usize;
             assert_eq!(size, HEADER_LEN + 4 * n + data + 8, "only the filled cells are written");
             let loaded = load_for(&path, &target(v_trans)).expect("loaded");
@@ -144,7 +145,7 @@ fn hybrid_layout() -> CacheLayout {
 fn filled_hybrid(n: usize, seed: u8) -> KvCache {
     let mut cache = empty_cache(hybrid_layout());
     for part in [Part::K, Part::V] {
-        let len = cache.layout().cells_bytes(part, n);
+        let len = cache.layout().cells_bytes(0, part, n);
         cache.write_cells(0, part, n, &(0..len).map(|i| i as u8 ^ seed).collect::<Vec<u8>>());
     }
     let state: Vec<u8> = (0..cache.layer_state_bytes(1)).map(|i| (i as u8).wrapping_mul(3) ^ seed).collect();
@@ -172,8 +173,8 @@ fn a_hybrid_cache_saves_its_recurrent_state() {
     let l = hybrid_layout();
     let expected = HEADER_LEN
         + 4 * 5
-        + l.cells_bytes(Part::K, 5)
-        + l.cells_bytes(Part::V, 5)
+        + l.cells_bytes(0, Part::K, 5)
+        + l.cells_bytes(0, Part::V, 5)
         + l.state_bytes(1)
         + CHECKSUM_LEN as usize;
     assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, expected, "K/V of layer 0, the state of layer 1");
@@ -223,7 +224,7 @@ fn transposed_v_keeps_the_first_cells_of_each_channel() {
         .collect();
     cache.write_cells(0, Part::V, l.kv_size, &whole);
     let n = 3;
-    let mut first = vec![0u8; l.cells_bytes(Part::V, n)];
+    let mut first = vec![0u8; l.cells_bytes(0, Part::V, n)];
     cache.read_cells(0, Part::V, n, &mut first);
     let want: Vec<u8> = (0..l.n_embd_v_gqa).flat_map(|e| (0..n).flat_map(move |c| [e as u8, c as u8])).collect();
     assert_eq!(first, want);
@@ -325,11 +326,11 @@ fn other_files_and_paths_are_refused() {
         p
     })
     .unwrap();
-    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+    v3[8..12].copy_from_slice(&4u32.to_le_bytes());
     let newer = dir.file("newer.kv");
     std::fs::write(&newer, &v3).unwrap();
     let m = message(load_for(&newer, &t));
-    assert!(m.contains("format version 3, which this Lugh does not read (it reads versions 1 to 2)"), "{m}");
+    assert!(m.contains("format version 4, which this Lugh does not read (it reads versions 1 to 3)"), "{m}");
 
     let cache = filled_cache(false, 2);
     let e = save(&dir.file("no-such-dir/c.kv"), &cache, &model_id(1)).expect_err("no directory");
@@ -424,7 +425,7 @@ fn a_shared_kv_layer_keeps_and_saves_nothing() {
     let mut saved = empty_cache(shared.clone());
     let n = 3;
     for part in [Part::K, Part::V] {
-        let len = shared.cells_bytes(part, n);
+        let len = shared.cells_bytes(0, part, n);
         saved.write_cells(0, part, n, &(0..len).map(|i| (i as u8).wrapping_mul(7)).collect::<Vec<u8>>());
     }
     saved.advance(&[4, 5, 6], None);
@@ -432,14 +433,17 @@ fn a_shared_kv_layer_keeps_and_saves_nothing() {
     let dir = TempDir::new("shared");
     let path = dir.file("shared.kv");
     save(&path, &saved, &model_id(0x77)).expect("saved");
-    let expected =
-        HEADER_LEN + 4 * n + shared.cells_bytes(Part::K, n) + shared.cells_bytes(Part::V, n) + CHECKSUM_LEN as usize;
+    let expected = HEADER_LEN
+        + 4 * n
+        + shared.cells_bytes(0, Part::K, n)
+        + shared.cells_bytes(0, Part::V, n)
+        + CHECKSUM_LEN as usize;
     assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, expected, "K/V of layer 0 only");
     let target = Target { model: model_id(0x77), layout: shared.clone(), n_ctx: N_CTX, n_vocab: N_VOCAB };
     let loaded = load_for(&path, &target).expect("loaded");
     assert_eq!(loaded.tokens(), saved.tokens());
     for part in [Part::K, Part::V] {
-        let len = shared.cells_bytes(part, n);
+        let len = shared.cells_bytes(0, part, n);
         let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
         saved.read_cells(0, part, n, &mut a);
         loaded.read_cells(0, part, n, &mut b);
@@ -447,23 +451,64 @@ fn a_shared_kv_layer_keeps_and_saves_nothing() {
     }
 }
 
-#[test]
-fn a_version_1_file_loads_as_f16_keys_and_values() {
-    let dir = TempDir::new("v1");
-    let saved = filled_cache(false, 5);
-    let path = dir.file("v2.kv");
-    save(&path, &saved, &model_id(0x1234)).expect("saved");
-    let mut bytes = std::fs::read(&path).unwrap();
-    // what a version-1 writer wrote: its version, and 0 where V's type is now
-    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
-    bytes[52..56].copy_from_slice(&0u32.to_le_bytes());
+/// The file at `path` rewritten as an earlier writer of format `version`
+/// would have written it (version 1: 0 where V's type is now), both
+/// checksums made right again; the new file's path.
+fn as_version(dir: &TempDir, path: &Path, version: u32) -> PathBuf {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    if version == 1 {
+        bytes[52..56].copy_from_slice(&0u32.to_le_bytes());
+    }
     let header_sum = crate::engine::xxhash::xxh64(&bytes[..HEADER_SUM_AT]);
     bytes[HEADER_SUM_AT..HEADER_LEN].copy_from_slice(&header_sum.to_le_bytes());
     let end = bytes.len() - CHECKSUM_LEN as usize;
     let sum = crate::engine::xxhash::xxh64(&bytes[..end]);
     bytes[end..].copy_from_slice(&sum.to_le_bytes());
-    let v1 = dir.file("v1.kv");
-    std::fs::write(&v1, &bytes).unwrap();
-    let loaded = load_for(&v1, &target(false)).expect("a version-1 file loads");
-    assert_eq!(contents(&loaded), contents(&saved), "the same keys and values");
+    let older = dir.file(&format!("v{version}.kv"));
+    std::fs::write(&older, &bytes).unwrap();
+    older
+}
+
+#[test]
+fn a_version_1_file_loads_as_f16_keys_and_values() {
+    let dir = TempDir::new("v1");
+    let saved = filled_cache(false, 5);
+    let path = dir.file("v3.kv");
+    save(&path, &saved, &model_id(0x1234)).expect("saved");
+    for version in [1, 2] {
+        let loaded = load_for(&as_version(&dir, &path, version), &target(false)).expect("an older file loads");
+        assert_eq!(contents(&loaded), contents(&saved), "the same keys and values (version {version})");
+    }
+}
+
+#[test]
+fn layers_of_other_heads_keep_their_own_width() {
+    // layer 1 has one KV head of 4 (Gemma 4's full layers beside its
+    // sliding ones): its rows are 4 wide, and V transposed keeps 6 channels
+    for v_trans in [false, true] {
+        let heads = |n_head_kv| LayerHeads { head_dim_k: 4, head_dim_v: 3, n_head_kv };
+        let narrow = CacheLayout { layer_heads: vec![heads(2), heads(1)], ..layout(v_trans) };
+        assert_eq!((narrow.width(1, Part::K), narrow.width(1, Part::V)), (4, if v_trans { 6 } else { 3 }));
+        assert!(narrow.has_narrow_layers() && !layout(v_trans).has_narrow_layers());
+        let mut saved = empty_cache(narrow.clone());
+        assert!(saved.size_bytes() < empty_cache(layout(v_trans)).size_bytes(), "less than the widest rows");
+        let n = 3;
+        for il in 0..2 {
+            for part in [Part::K, Part::V] {
+                let len = narrow.cells_bytes(il, part, n);
+                saved.write_cells(il, part, n, &(0..len).map(|i| (i * 5 + il) as u8).collect::<Vec<u8>>());
+            }
+        }
+        saved.advance(&[4, 5, 6], None);
+        let dir = TempDir::new("narrow");
+        let path = dir.file("narrow.kv");
+        save(&path, &saved, &model_id(0x77)).expect("saved");
+        let target = Target { model: model_id(0x77), layout: narrow.clone(), n_ctx: N_CTX, n_vocab: N_VOCAB };
+        let loaded = load_for(&path, &target).expect("loaded");
+        assert_eq!(contents(&loaded), contents(&saved));
+        // before format 3 such layers were saved padded: refused, not misread
+        let m = message(load_for(&as_version(&dir, &path, 2), &target));
+        assert!(m.contains("format version 2 by an earlier Lugh") && m.contains("save the cache anew"), "{m}");
+    }
 }
