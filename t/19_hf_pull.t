@@ -19,6 +19,7 @@ use JSON::PP ();
 use lib 't/lib';
 use LughTest qw(croaks_like);
 use LughTest::GGUF qw(gguf_bytes);
+use LughTest::TinyModel qw(tiny_model_split);
 use LughTest::FakeIndex;
 use Lugh;
 
@@ -287,6 +288,35 @@ subtest 'Lugh::Model->new and lugh pull by Hub name' => sub {
     is($? >> 8, 1, 'a quantization not there: status 1');
     like($out, qr/\Alugh: lugh-test\/Tiny-GGUF has no GGUF file for the quantization 'Q2_K' \(it has: Q4_K_M, Q8_0, F16\)\n\z/,
         'the message');
+};
+
+subtest 'a split model from the Hub loads' => sub {
+    my %parts = tiny_model_split('tiny-Q8_0', 3);
+    my @names = sort keys %parts;
+    my $tree = JSON::PP->new->canonical->encode([ map { { type => 'file', oid => '0' x 40, size => length $parts{$_},
+        lfs => { oid => sha256_hex($parts{$_}), size => length $parts{$_}, pointerSize => 134 }, path => $_ } } @names ]);
+    $hub->add_hub_repo('lugh-test/TinySplit-GGUF', $tree, \%parts);
+    my $path = Lugh::ModelStore::pull('hf.co/lugh-test/TinySplit-GGUF:Q8_0', progress => 0);
+    like($path, qr/tiny-Q8_0-00001-of-00003\.gguf\z/, 'the first part');
+    my ($tokens) = ([ 1, 5, 9, 3, 7 ]);
+    for my $mmap (1, 0) {
+        my $split = Lugh::Model->new(model => $path, use_mmap => $mmap);
+        my $whole = Lugh::Model->new(model => $tiny_path, use_mmap => $mmap);
+        is($split->n_tensors, $whole->n_tensors, "use_mmap $mmap: the tensors of all three parts");
+        my @logits = map { [ Lugh::Inference->new(model => $_, n_threads => 1, backend => 'CPU')->forward($tokens) ] } $split, $whole;
+        is_deeply($logits[0], $logits[1], "use_mmap $mmap: the same logits as the model in one file");
+    }
+    my $dir = "$repo_dir/lugh-test/TinySplit-GGUF";
+    croaks_like(sub { Lugh::Model->new(model => "$dir/$names[1]") },
+        qr/is not a usable model: it is part 2 of a model split in 3 files \(split\.no = 1\): open the first part/, 'the second part alone');
+    rename "$dir/$names[2]", "$dir/moved" or die $!;
+    croaks_like(sub { Lugh::Model->new(model => $path) },
+        qr/it is the first of 3 files of a split model, and part 3 \(\Q$dir\E\/tiny-Q8_0-00003-of-00003\.gguf\) is missing/,
+        'a part missing');
+    rename "$dir/moved", "$dir/$names[2]" or die $!;
+    symlink "$dir/$names[0]", "$dir/renamed.gguf" or die $!;
+    croaks_like(sub { Lugh::Model->new(model => "$dir/renamed.gguf") },
+        qr/its name does not end in -00001-of-00003\.gguf, so the other parts cannot be found/, 'a first part renamed');
 };
 
 done_testing;

@@ -653,8 +653,7 @@ Ollama's C<:latest>) C<Q4_K_M>, else C<Q8_0>, else the first model file, as
 llama.cpp chooses. Files that go with a model but are not one (C<mmproj>,
 C<imatrix>, ...) are never chosen. A model split in parts
 (C<NAME-00001-of-00003.gguf>, ...) is downloaded whole and its path is the
-first part's; Lugh cannot load a split model yet (loading one says so: join
-the parts with C<llama-gguf-split --merge>).
+first part's, which L<Lugh::Model> opens with the others.
 
 The files are kept under F<MODEL_DIR/hf.co/ORG/REPO/>, with a record of the
 file each quantization resolved to, so that using a model pulled before
