@@ -138,7 +138,9 @@ threads (C<CLONE_SKIP>).
 
 C<model> (or its aliases C<file> and C<path>) is the GGUF file, or the name
 of a model of the catalogue (L<Lugh::ModelStore>: C<smollm2-135m-q4_1>,
-C<qwen2.5-coder-0.5b-q4_k_m>, C<gemma3-270m-q4_k_m> and your own entries):
+C<qwen2.5-coder-0.5b-q4_k_m>, C<gemma3-270m-q4_k_m> and your own entries), or
+a model of the Hugging Face Hub (C<hf.co/ORG/REPO:QUANT>, see
+L<Lugh::ModelStore/Models of the Hugging Face Hub>):
 
     my $smol = Lugh::Model->new(model => 'smollm2-135m-q4_1');
     print $smol->architecture, "\n";    # llama
@@ -158,6 +160,13 @@ sooner, and a file on a slow disk is read in one sequential pass. Croaks
 on a missing argument, an unknown option, a missing or unreadable file, a file
 that is not GGUF, a truncated or corrupt file, and an unsupported GGUF
 version; the message names the path.
+
+A model split in several files as llama.cpp's C<llama-gguf-split> writes
+them (C<NAME-00001-of-00003.gguf>, C<NAME-00002-of-00003.gguf>, ...) is
+opened from its first part: the others are found next to it by name, each
+mapped (or read) in place, and the model is the same as in one file. Giving
+a later part, or a first part whose name does not follow the convention, or
+one part missing, croaks saying so.
 
 =head2 create
 

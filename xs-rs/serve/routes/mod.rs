@@ -5,6 +5,7 @@ mod completions;
 mod embeddings;
 mod generate;
 mod info;
+mod ollama;
 mod tokens;
 
 use super::error::ApiError;
@@ -19,6 +20,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use ollama::rfc3339;
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -35,6 +38,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/version", get(ollama::version))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
         .fallback(info::not_found)
         .layer(middleware::from_fn_with_state(app.clone(), check_api_key))
         .with_state(app)
