@@ -9,7 +9,7 @@ use warnings;
 use Exporter 'import';
 use File::Temp qw(tempdir);
 
-our @EXPORT_OK = qw(reference_dir_tools run_reference);
+our @EXPORT_OK = qw(reference_dir_tools run_reference no_amx_shim);
 
 # The folder of a reference build: $LUGH_REF/VARIANT (VARIANT: native, the
 # default, or avx2); $LUGH_REF/build for a native build made before variants.

@@ -45,6 +45,12 @@ struct Part {
 /// Bytes of each tensor's data that go into the fingerprint.
 const FINGERPRINT_SAMPLE: u64 = 64;
 
+/// The smallest memory page of the systems Lugh runs on. Where pages are
+/// larger a released range is widened to whole pages, which can drop a
+/// neighbouring tensor's page: it is read back at its next touch.
+#[cfg(unix)]
+const SMALLEST_PAGE: usize = 4096;
+
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Model({})", self.gguf.path.display())
@@ -198,6 +204,28 @@ impl Model {
         let part = &self.parts[t.part];
         let start = (part.data_offset + t.offset) as usize;
         part.mmap.as_ref().map(|m| &m[start..start + t.size as usize])
+    }
+
+    /// Lets go of the mapped pages of a tensor whose bytes were copied into
+    /// a buffer of their own (the CPU's repacked layouts, a device's
+    /// memory), so that the file's copy does not stay resident beside it.
+    /// Only pages wholly inside the tensor are dropped; they stay in the
+    /// file (and the page cache), and a later read maps them in again.
+    pub fn release_mapped(&self, t: &TensorInfo) {
+        #[cfg(unix)]
+        let part = &self.parts[t.part];
+        if let Some(map) = &part.mmap {
+            let start = (part.data_offset + t.offset) as usize;
+            let first = start.next_multiple_of(SMALLEST_PAGE);
+            let end = (start + t.size as usize) / SMALLEST_PAGE * SMALLEST_PAGE;
+            if end > first {
+                // SAFETY: the mapping is a read-only shared mapping of the
+                // file, so a dropped page reads back the same bytes at its
+                // next touch and every slice into the mapping stays valid.
+                // Advice only: a kernel that declines it changes nothing.
+                let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first) };
+            }
+        }
     }
 
     /// How many files the model is in (more than 1: a split model).

@@ -16,7 +16,7 @@ use crate::engine::model::weight_table::{
 };
 use crate::engine::model::Model;
 use crate::engine::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The Q/K/V projections of one layer: three matrices, or one fused
@@ -787,10 +787,21 @@ type Placed = (Vec<Ctx>, Vec<Buffer>, Vec<(String, usize)>);
 /// Creates the tensors, one context per buffer type, and gives them memory:
 /// weights for the device's own (host) buffer type are mapped in place when
 /// the model is mapped; the others are allocated and filled (the CPU's extra
-/// types repack while they are filled).
+/// types repack while they are filled), and the mapped pages they were
+/// copied from are let go, so that only the copy stays resident.
 fn place(ld: &mut Loader) -> Result<Placed> {
     let ggml_err = |what: String| Error::Ggml(what);
     let cpu_plain = ld.placement.cpu.buffer_type();
+    // The file's tensors used in place (one can be both, e.g. a tied
+    // embedding read by row there and repacked for the output product):
+    // their pages stay.
+    // A tensor is known by its file (a split model's part) and offset there.
+    let used_in_place: HashSet<(usize, u64)> = match ld.model.uses_mmap() {
+        true => {
+            ld.pending.iter().filter(|p| ld.bufts[p.buft] == cpu_plain).map(|p| (p.info.part, p.info.offset)).collect()
+        }
+        false => Default::default(),
+    };
     let mut contexts = Vec::new();
     let mut buffers = Vec::new();
     let mut placement = Vec::new();
@@ -834,7 +845,12 @@ fn place(ld: &mut Loader) -> Result<Placed> {
             for &i in &members {
                 let p = &ld.pending[i];
                 match ld.model.mapped_data(&p.info) {
-                    Some(data) => rt::tensor_set_bytes(p.tensor.unwrap(), data),
+                    Some(data) => {
+                        rt::tensor_set_bytes(p.tensor.unwrap(), data);
+                        if !used_in_place.contains(&(p.info.part, p.info.offset)) {
+                            ld.model.release_mapped(&p.info);
+                        }
+                    }
                     None => {
                         scratch.resize(p.info.size as usize, 0u8);
                         ld.model.read_tensor_data(&p.info, &mut scratch)?;
