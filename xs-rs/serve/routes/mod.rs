@@ -73,27 +73,46 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn read_json(app: &App, headers: &HeaderMap, body: Body) -> Result<Fields, ApiError> {
     let limit = app.config.max_body_bytes;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    if declared.is_some_and(|n: usize| n > limit) {
-        return Err(ApiError::too_large(limit));
-    }
-    let bytes = match tokio::time::timeout(app.config.timeout, axum::body::to_bytes(body, limit)).await {
+    let bytes = match tokio::time::timeout(app.config.timeout, read_body(body, limit, declared)).await {
         Err(_) => return Err(ApiError::timed_out("the request body did not arrive within the server's --timeout")),
-        Ok(Err(e)) if is_length_limit(&e) => return Err(ApiError::too_large(limit)),
-        Ok(Err(e)) => return Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
+        Ok(Err(e)) => return Err(e),
         Ok(Ok(bytes)) => bytes,
     };
     Fields::parse(&bytes)
 }
 
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.to_string().contains("length limit exceeded") {
-            return true;
+/// How much of a body over the limit is read and thrown away before the
+/// 413 (beyond it the connection is closed unread).
+const DISCARD_AT_MOST: usize = 64 << 20;
+
+/// The body, at most `limit` bytes. A longer one is read to its end (up to
+/// DISCARD_AT_MOST) and dropped before the 413: a client that sends its
+/// whole body before reading the answer (most do, without `Expect:
+/// 100-continue`) would otherwise find the connection reset mid-send and
+/// never see the 413.
+async fn read_body(body: Body, limit: usize, declared: Option<usize>) -> Result<Vec<u8>, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    let mut too_large = declared.is_some_and(|n| n > limit);
+    let mut discarded = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        too_large |= bytes.len() + chunk.len() > limit;
+        if !too_large {
+            bytes.extend_from_slice(&chunk);
+            continue;
         }
-        source = s.source();
+        bytes = Vec::new();
+        discarded += chunk.len();
+        if discarded > DISCARD_AT_MOST {
+            break;
+        }
     }
-    false
+    if too_large {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(bytes)
 }
 
 /// When a request that arrives now must be done.
