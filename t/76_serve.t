@@ -111,6 +111,47 @@ my $lp = $r->{choices}[0]{logprobs}{content} // do { diag(encode_json($r)); [] }
 is(scalar @$lp, 4, 'logprobs: one entry per token');
 is(scalar @{ $lp->[0]{top_logprobs} // [] }, 2, 'logprobs: top_logprobs alternatives');
 ok($lp->[0]{logprob} <= 0, 'logprobs: a log-probability');
+# streamed logprobs come with the chunks, as llama-server sends them: each
+# chunk with text carries choices[0].logprobs.content for its tokens
+$r = post('/v1/chat/completions', { @hello, max_tokens => 6, logprobs => JSON::PP::true, top_logprobs => 2,
+    stream => JSON::PP::true });
+my @lp_chunks = map { decode_json($_) } grep { /^\{/ } $r->{content} =~ /^data: (.*)$/mg;
+my @with_text = grep { length($_->{choices}[0]{delta}{content} // '') } @lp_chunks;
+ok(@with_text && !grep({ !@{ $_->{choices}[0]{logprobs}{content} // [] } } @with_text),
+    'stream logprobs: every chunk with text has its tokens\' logprobs');
+my @streamed_lp = map { @{ $_->{choices}[0]{logprobs}{content} // [] } } @lp_chunks;
+is(scalar @streamed_lp, 6, 'stream logprobs: one entry per token over the chunks');
+is(join('', map { $_->{token} } @streamed_lp), join('', map { $_->{choices}[0]{delta}{content} // '' } @lp_chunks),
+    'stream logprobs: their tokens make the streamed text');
+is(scalar @{ $streamed_lp[0]{top_logprobs} // [] }, 2, 'stream logprobs: top_logprobs alternatives');
+$r = post('/v1/completions', { prompt => 'The capital of France is', temperature => 0, max_tokens => 4, logprobs => 1,
+    stream => JSON::PP::true });
+my @text_lp = map { @{ decode_json($_)->{choices}[0]{logprobs}{content} // [] } } grep { /^\{/ } $r->{content} =~ /^data: (.*)$/mg;
+is(scalar @text_lp, 4, 'completions stream logprobs: one entry per token');
+
+# tool calls (the Hermes blocks Qwen writes; here a grammar makes SmolLM2
+# write one), whole and streamed as delta.tool_calls
+my @tools = (tools => [ { type => 'function', function => { name => 'weather',
+    parameters => { type => 'object', properties => { city => { type => 'string' } } } } } ],
+    grammar => 'root ::= "Let me look.\\n<tool_call>\\n{\\"name\\": \\"weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\"}}\\n</tool_call>"',
+    max_tokens => 60);
+$r = json_of(post('/v1/chat/completions', { @hello, @tools }));
+is($r->{choices}[0]{finish_reason}, 'tool_calls', 'tools: finish_reason tool_calls');
+is($r->{choices}[0]{message}{content}, 'Let me look.', 'tools: the content before the call');
+my $call = $r->{choices}[0]{message}{tool_calls}[0] // {};
+is("$call->{function}{name} $call->{function}{arguments}", 'weather {"city":"Paris"}', 'tools: the call parsed');
+$r = post('/v1/chat/completions', { @hello, @tools, stream => JSON::PP::true });
+my @tool_chunks = map { decode_json($_) } grep { /^\{/ } $r->{content} =~ /^data: (.*)$/mg;
+is(join('', map { $_->{choices}[0]{delta}{content} // '' } @tool_chunks), 'Let me look.',
+    'tools stream: the content streamed, the call not in it');
+my @deltas = map { @{ $_->{choices}[0]{delta}{tool_calls} // [] } } @tool_chunks;
+is(scalar @deltas, 1, 'tools stream: one delta.tool_calls');
+is($deltas[0]{index}, 0, 'tools stream: ... with its index');
+ok(length $deltas[0]{id} && $deltas[0]{type} eq 'function', 'tools stream: ... its id and type');
+is("$deltas[0]{function}{name} $deltas[0]{function}{arguments}", 'weather {"city":"Paris"}', 'tools stream: ... name and arguments');
+my ($tool_finish) = grep { defined } map { $_->{choices}[0]{finish_reason} } @tool_chunks;
+is($tool_finish, 'tool_calls', 'tools stream: finish_reason tool_calls');
+
 my $schema = { type => 'object', properties => { city => { type => 'string' } }, required => ['city'] };
 $r = json_of(post('/v1/chat/completions', { @hello, max_tokens => 40,
     response_format => { type => 'json_schema', json_schema => { name => 'x', schema => $schema } } }));
@@ -164,6 +205,10 @@ error_is(post('/detokenize', { tokens => 'abc' }), 400, undef, 'detokenize: toke
     my ($body) = $answer =~ /\r\n\r\n(.*)\z/s;
     error_is({ status => $status, content => $body }, 413, 'invalid_request_error', 'a body over the size limit');
 }
+# a client that sends the whole body before reading (as HTTP::Tiny does) sees
+# the 413 too, not a reset connection
+error_is(post('/v1/completions', '{"prompt": "' . ('a' x (8 << 20)) . '"}'), 413, 'invalid_request_error',
+    'a body over the size limit, sent whole');
 error_is($http->get("$base/v1/nothing"), 404, 'not_found_error', 'an unknown path');
 is(post('/v1/chat/completions', { @hello, max_tokens => 2 })->{status}, 200, 'still serving after the bad requests');
 

@@ -57,6 +57,8 @@ impl Finish {
 pub struct Finished {
     pub finish: Finish,
     pub n_prompt: usize,
+    /// Prompt tokens taken from a slot's cache, not evaluated.
+    pub n_cached: usize,
     /// Tokens sampled, the end-of-generation token included (llama-server's
     /// n_decoded).
     pub n_completion: usize,
@@ -69,8 +71,9 @@ pub struct Finished {
 /// Failed); an embedding job sends one Embeddings (or Failed).
 pub enum Event {
     /// The text a generated token released (often empty while a
-    /// character or a possible stop string is incomplete).
-    Token(String),
+    /// character or a possible stop string is incomplete), and the token's
+    /// log-probabilities when the request asked for them.
+    Token(String, Option<TokenLogprob>),
     /// Text held back until the end.
     Tail(String),
     Finished(Finished),
@@ -301,8 +304,8 @@ fn deliver(live: &mut HashMap<SeqId, Live>, event: BatchEvent, in_flight: &Atomi
         BatchEvent::Token { seq, text, logprob, .. } => {
             if let Some(l) = live.get_mut(&seq) {
                 l.first_token.get_or_insert_with(Instant::now);
-                l.logprobs.extend(logprob);
-                let _ = l.events.send(Event::Token(text));
+                l.logprobs.extend(logprob.clone());
+                let _ = l.events.send(Event::Token(text, logprob));
             }
         }
         BatchEvent::Done { seq, reason, text, usage } => {
@@ -322,6 +325,7 @@ fn deliver(live: &mut HashMap<SeqId, Live>, event: BatchEvent, in_flight: &Atomi
             let _ = l.events.send(Event::Finished(Finished {
                 finish,
                 n_prompt: usage.prompt_tokens,
+                n_cached: usage.cached_tokens,
                 n_completion,
                 logprobs: l.logprobs,
                 prompt_ms: first.duration_since(l.added).as_secs_f64() * 1e3,

@@ -55,29 +55,46 @@ impl Envelope {
         })
     }
 
-    /// A stream chunk with `text` (chat: the first chunk gives the role).
-    pub fn chunk(&self, text: &str, first: bool) -> Value {
-        match self.endpoint {
-            Endpoint::Chat => {
-                let delta =
-                    if first { json!({"role": "assistant", "content": null}) } else { json!({"content": text}) };
-                self.wrap("chat.completion.chunk", json!([{"finish_reason": null, "index": 0, "delta": delta}]))
-            }
-            Endpoint::Text => self
-                .wrap("text_completion", json!([{"text": text, "index": 0, "logprobs": null, "finish_reason": null}])),
-        }
+    /// The chunk that opens a chat stream: the role.
+    pub fn role_chunk(&self) -> Value {
+        let delta = json!({"role": "assistant", "content": null});
+        self.wrap("chat.completion.chunk", json!([{"finish_reason": null, "index": 0, "delta": delta}]))
     }
 
-    /// The last chunk of a stream: the finish reason (and the
-    /// log-probabilities, which come at the end).
-    pub fn final_chunk(&self, finish: &str, logprobs: Option<Value>) -> Value {
+    /// A stream chunk with `text`, and the log-probabilities of the tokens
+    /// that released it (as llama-server sends them: in the chunk, not at
+    /// the end).
+    pub fn chunk(&self, text: &str, logprobs: Option<Value>) -> Value {
         let mut choice = match self.endpoint {
-            Endpoint::Chat => json!({"finish_reason": finish, "index": 0, "delta": {}}),
-            Endpoint::Text => json!({"text": "", "index": 0, "logprobs": null, "finish_reason": finish}),
+            Endpoint::Chat => json!({"finish_reason": null, "index": 0, "delta": {"content": text}}),
+            Endpoint::Text => json!({"text": text, "index": 0, "logprobs": null, "finish_reason": null}),
         };
         if let Some(lp) = logprobs {
             choice["logprobs"] = lp;
         }
+        let object = if self.endpoint == Endpoint::Chat { "chat.completion.chunk" } else { "text_completion" };
+        self.wrap(object, json!([choice]))
+    }
+
+    /// A chat stream chunk with tool call `index` whole (OpenAI's
+    /// `delta.tool_calls`, which clients join by index): its id, type, name
+    /// and arguments.
+    pub fn tool_call_chunk(&self, index: usize, call: &Value, logprobs: Option<Value>) -> Value {
+        let mut call = call.clone();
+        call["index"] = index.into();
+        let mut choice = json!({"finish_reason": null, "index": 0, "delta": {"tool_calls": [call]}});
+        if let Some(lp) = logprobs {
+            choice["logprobs"] = lp;
+        }
+        self.wrap("chat.completion.chunk", json!([choice]))
+    }
+
+    /// The last chunk of a stream: the finish reason.
+    pub fn final_chunk(&self, finish: &str) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({"finish_reason": finish, "index": 0, "delta": {}}),
+            Endpoint::Text => json!({"text": "", "index": 0, "logprobs": null, "finish_reason": finish}),
+        };
         let object = if self.endpoint == Endpoint::Chat { "chat.completion.chunk" } else { "text_completion" };
         self.wrap(object, json!([choice]))
     }
@@ -121,6 +138,7 @@ pub fn usage(done: &Finished) -> Value {
         "completion_tokens": done.n_completion,
         "prompt_tokens": done.n_prompt,
         "total_tokens": done.n_completion + done.n_prompt,
+        "prompt_tokens_details": {"cached_tokens": done.n_cached},
     })
 }
 

@@ -4,7 +4,8 @@
 use serde_json::{json, Value};
 
 pub struct Parsed {
-    /// The text before the first call (None when there is none).
+    /// The text before the first call (None when there is none: the
+    /// message's content is then "", as llama-server writes it).
     pub content: Option<String>,
     /// OpenAI's `tool_calls`: arguments as JSON text.
     pub calls: Vec<Value>,
@@ -40,6 +41,21 @@ pub fn parse(text: &str) -> Option<Parsed> {
     Some(Parsed { content: (!before.is_empty()).then(|| before.to_string()), calls })
 }
 
+/// How much of `text`, a reply still being generated, is content for
+/// sure: the text before a tool call (or before what may begin one), with
+/// its trailing whitespace held too, since a call's content is trimmed.
+pub fn content_end(text: &str) -> usize {
+    let before = match text.find(OPEN) {
+        Some(start) => &text[..start],
+        // a tail that may grow into the opening tag waits
+        None => {
+            let partial = (1..OPEN.len()).rev().find(|&n| text.ends_with(&OPEN[..n])).unwrap_or(0);
+            &text[..text.len() - partial]
+        }
+    };
+    before.trim_end().len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,6 +69,16 @@ mod tests {
         assert_eq!(parsed.calls.len(), 1);
         assert_eq!(parsed.calls[0]["function"]["name"], "weather");
         assert_eq!(parsed.calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    }
+
+    #[test]
+    fn content_ends_before_what_may_be_a_call() {
+        assert_eq!(content_end("Hello there"), 11);
+        assert_eq!(content_end("Hello \n"), 5);
+        assert_eq!(content_end("Hello <tool"), 5);
+        assert_eq!(content_end("Hello <toolbox"), 14);
+        assert_eq!(content_end("Hi.\n<tool_call>\n{\"name\""), 3);
+        assert_eq!(content_end("<tool_call>{}"), 0);
     }
 
     #[test]

@@ -6,9 +6,11 @@ use super::super::request::Generation;
 use super::super::response::{logprobs, Endpoint, Envelope};
 use super::super::sse;
 use super::super::{tools, App};
+use crate::engine::generate::generation::TokenLogprob;
 use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -67,7 +69,10 @@ pub fn submit(app: &App, p: &mut Prepared) -> Result<UnboundedReceiver<Event>, A
 fn message(p: &Prepared, text: &str, done: &Finished) -> (&'static str, Value) {
     if p.tools {
         if let Some(parsed) = tools::parse(text) {
-            return ("tool_calls", json!({"role": "assistant", "content": parsed.content, "tool_calls": parsed.calls}));
+            return (
+                "tool_calls",
+                json!({"role": "assistant", "content": parsed.content.unwrap_or_default(), "tool_calls": parsed.calls}),
+            );
         }
     }
     (done.finish.name(), json!({"role": "assistant", "content": text}))
@@ -81,7 +86,7 @@ async fn whole(app: Arc<App>, p: Prepared, mut events: UnboundedReceiver<Event>)
     let mut text = String::new();
     while let Some(event) = events.recv().await {
         match event {
-            Event::Token(piece) => text.push_str(&piece),
+            Event::Token(piece, _) => text.push_str(&piece),
             Event::Tail(rest) => text.push_str(&rest),
             Event::Finished(done) => {
                 let (finish, message) = message(&p, &text, &done);
@@ -101,16 +106,103 @@ struct Streaming {
     p: Prepared,
     events: UnboundedReceiver<Event>,
     /// Chunks ready to send.
-    ready: std::collections::VecDeque<Bytes>,
+    ready: VecDeque<Bytes>,
     ended: bool,
+    /// With tools: the reply so far, and how much of it went out as
+    /// content (what may be a tool call is held until the end, parsed).
+    text: String,
+    sent: usize,
+    /// Log-probabilities of tokens whose text has not gone out yet: they go
+    /// with the next chunk.
+    pending: Vec<TokenLogprob>,
+}
+
+impl Streaming {
+    fn push(&mut self, chunk: &Value) {
+        self.ready.push_back(sse::event(chunk));
+    }
+
+    fn take_logprobs(&mut self) -> Option<Value> {
+        let top = self.p.top_logprobs?;
+        if self.pending.is_empty() {
+            return None;
+        }
+        Some(logprobs(&self.app.vocab, &std::mem::take(&mut self.pending), top))
+    }
+
+    fn send_content(&mut self, text: &str) {
+        if !text.is_empty() {
+            let lp = self.take_logprobs();
+            let chunk = self.p.envelope.chunk(text, lp);
+            self.push(&chunk);
+        }
+    }
+
+    /// Text a token released (or the tail held back to the end).
+    fn on_text(&mut self, piece: &str) {
+        if !self.p.tools {
+            return self.send_content(piece);
+        }
+        self.text.push_str(piece);
+        let end = tools::content_end(&self.text).max(self.sent);
+        let content = self.text[self.sent..end].to_string();
+        self.sent = end;
+        self.send_content(&content);
+    }
+
+    /// The end: the tool calls parsed from what was held, the finish
+    /// reason, the usage when asked for, and [DONE].
+    fn on_finished(&mut self, done: &Finished) {
+        let mut finish = done.finish.name();
+        if self.p.tools {
+            // what was held: the rest of the content, then the calls
+            let start = self.sent;
+            self.sent = self.text.len();
+            let parsed = tools::parse(&self.text);
+            let end = match &parsed {
+                Some(_) => tools::content_end(&self.text).max(start),
+                None => self.text.len(),
+            };
+            let content = self.text[start..end].to_string();
+            self.send_content(&content);
+            if let Some(parsed) = parsed {
+                for (i, call) in parsed.calls.iter().enumerate() {
+                    let lp = self.take_logprobs();
+                    let chunk = self.p.envelope.tool_call_chunk(i, call, lp);
+                    self.push(&chunk);
+                }
+                finish = "tool_calls";
+            }
+        }
+        let mut last = self.p.envelope.final_chunk(finish);
+        if let Some(lp) = self.take_logprobs() {
+            last["choices"][0]["logprobs"] = lp;
+        }
+        self.push(&last);
+        if self.p.generation.include_usage {
+            let chunk = self.p.envelope.usage_chunk(done);
+            self.push(&chunk);
+        }
+        self.ready.push_back(sse::done());
+        self.ended = true;
+    }
 }
 
 fn stream(app: Arc<App>, p: Prepared, events: UnboundedReceiver<Event>) -> Response {
-    let mut ready = std::collections::VecDeque::new();
-    if p.envelope.endpoint == Endpoint::Chat {
-        ready.push_back(sse::event(&p.envelope.chunk("", true)));
+    let mut state = Streaming {
+        app,
+        p,
+        events,
+        ready: VecDeque::new(),
+        ended: false,
+        text: String::new(),
+        sent: 0,
+        pending: Vec::new(),
+    };
+    if state.p.envelope.endpoint == Endpoint::Chat {
+        let chunk = state.p.envelope.role_chunk();
+        state.push(&chunk);
     }
-    let state = Streaming { app, p, events, ready, ended: false };
     sse::stream(futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(chunk) = s.ready.pop_front() {
@@ -120,22 +212,14 @@ fn stream(app: Arc<App>, p: Prepared, events: UnboundedReceiver<Event>) -> Respo
                 return None;
             }
             match s.events.recv().await {
-                Some(Event::Token(text)) | Some(Event::Tail(text)) => {
-                    if !text.is_empty() {
-                        s.ready.push_back(sse::event(&s.p.envelope.chunk(&text, false)));
-                    }
+                Some(Event::Token(text, logprob)) => {
+                    s.pending.extend(logprob);
+                    s.on_text(&text);
                 }
-                Some(Event::Finished(done)) => {
-                    let lp = logprobs_of(&s.app, &s.p, &done);
-                    s.ready.push_back(sse::event(&s.p.envelope.final_chunk(done.finish.name(), lp)));
-                    if s.p.generation.include_usage {
-                        s.ready.push_back(sse::event(&s.p.envelope.usage_chunk(&done)));
-                    }
-                    s.ready.push_back(sse::done());
-                    s.ended = true;
-                }
+                Some(Event::Tail(text)) => s.on_text(&text),
+                Some(Event::Finished(done)) => s.on_finished(&done),
                 Some(Event::Failed(e)) => {
-                    s.ready.push_back(sse::event(&e.body()));
+                    s.push(&e.body());
                     s.ended = true;
                 }
                 Some(Event::Embeddings(_)) | None => s.ended = true,

@@ -78,29 +78,55 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// The request's JSON object: 413 over the size limit, 408 past the
 /// timeout, 400 when it is not a JSON object.
 async fn read_json(app: &App, headers: &HeaderMap, body: Body) -> Result<Fields, ApiError> {
+    use futures_util::StreamExt;
     let limit = app.config.max_body_bytes;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|n: usize| n > limit) {
+        tokio::spawn(discard(stream));
         return Err(ApiError::too_large(limit));
     }
-    let bytes = match tokio::time::timeout(app.config.timeout, axum::body::to_bytes(body, limit)).await {
-        Err(_) => return Err(ApiError::timed_out("the request body did not arrive within the server's --timeout")),
-        Ok(Err(e)) if is_length_limit(&e) => return Err(ApiError::too_large(limit)),
-        Ok(Err(e)) => return Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
-        Ok(Ok(bytes)) => bytes,
+    let read = async {
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(1 << 20));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+            if bytes.len() + chunk.len() > limit {
+                return Ok(None);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Some(bytes))
     };
-    Fields::parse(&bytes)
+    match tokio::time::timeout(app.config.timeout, read).await {
+        Err(_) => Err(ApiError::timed_out("the request body did not arrive within the server's --timeout")),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(None)) => {
+            tokio::spawn(discard(stream));
+            Err(ApiError::too_large(limit))
+        }
+        Ok(Ok(Some(bytes))) => Fields::parse(&bytes),
+    }
 }
 
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.to_string().contains("length limit exceeded") {
-            return true;
+/// How much of a body over the limit is read and thrown away after the 413
+/// is sent, and how long a pause in it ends the reading.
+const DISCARD_AT_MOST: usize = 64 << 20;
+const DISCARD_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads the rest of a body over the limit and drops it, while the 413 goes
+/// out: a client that sends its whole body before reading the answer (most
+/// do, without `Expect: 100-continue`) would otherwise find the connection
+/// reset mid-send and never see the 413. Past DISCARD_AT_MOST, or when the
+/// client pauses, the connection is closed.
+async fn discard(mut stream: axum::body::BodyDataStream) {
+    use futures_util::StreamExt;
+    let mut discarded = 0;
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(DISCARD_PAUSE, stream.next()).await {
+        discarded += chunk.len();
+        if discarded > DISCARD_AT_MOST {
+            break;
         }
-        source = s.source();
     }
-    false
 }
 
 /// When a request that arrives now must be done.
