@@ -302,7 +302,7 @@ fn ollama_call(call: &Value) -> Value {
 async fn whole(mut reply: Reply, mut events: UnboundedReceiver<Event>) -> Response {
     while let Some(event) = events.recv().await {
         match event {
-            Event::Token(piece) | Event::Tail(piece) => reply.text.push_str(&piece),
+            Event::Token(piece, _) | Event::Tail(piece) => reply.text.push_str(&piece),
             Event::Finished(done) => return sse::json_body(&reply.last(&done, true)),
             Event::Embeddings(_) => break,
             Event::Failed(e) => return ollama_error(e),
@@ -324,7 +324,7 @@ fn stream(reply: Reply, events: UnboundedReceiver<Event>) -> Response {
         }
         loop {
             match events.recv().await {
-                Some(Event::Token(piece)) | Some(Event::Tail(piece)) => {
+                Some(Event::Token(piece, _)) | Some(Event::Tail(piece)) => {
                     if !piece.is_empty() {
                         reply.text.push_str(&piece);
                         let chunk = line(&reply.piece(&piece));
