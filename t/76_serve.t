@@ -13,6 +13,7 @@ use POSIX ();
 use Time::HiRes qw(sleep time);
 use lib 't/lib';
 use LughTest qw(require_model);
+use LughTestServe qw(free_port);
 use Lugh;
 use Lugh::Server;
 
@@ -20,12 +21,7 @@ plan skip_all => 'this Lugh was built without the server (LUGH_SERVER=0)' unless
 my $model = require_model('smollm2-135m-q4_1');
 
 my $KEY = 'test-key';
-my $port = do {
-    my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0, ReuseAddr => 1) or die $!;
-    my $p = $s->sockport;
-    close $s;
-    $p;
-};
+my $port = free_port();
 my $base = "http://127.0.0.1:$port";
 my $log = "/tmp/lugh-76-serve-$$.log";
 my $pid = fork // die "fork: $!";

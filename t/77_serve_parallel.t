@@ -16,6 +16,7 @@ use File::Temp qw(tempdir);
 use Time::HiRes qw(sleep);
 use lib 't/lib';
 use LughTest qw(require_model);
+use LughTestServe qw(free_port);
 use Lugh;
 use Lugh::Server;
 
@@ -25,13 +26,6 @@ my $dir = tempdir(CLEANUP => 1);
 
 my @PROMPTS = map { "Tell me about $_ in one sentence." }
     ('the sea', 'mountains', 'a small village', 'the moon', 'bread', 'rivers', 'winter', 'old books');
-
-sub free_port {
-    my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0, ReuseAddr => 1) or die $!;
-    my $p = $s->sockport;
-    close $s;
-    return $p;
-}
 
 # A server on a free loopback port; returns its base URL and pid.
 sub start_server {

@@ -8,24 +8,19 @@ use strict;
 use warnings;
 use Test::More;
 use HTTP::Tiny;
-use IO::Socket::INET;
 use JSON::PP;
 use POSIX ();
 use Time::HiRes qw(sleep);
 use lib 't/lib';
 use LughTest qw(require_model);
+use LughTestServe qw(free_port);
 use Lugh;
 use Lugh::Server;
 
 plan skip_all => 'this Lugh was built without the server (LUGH_SERVER=0)' unless Lugh::Server->available;
 my $model = require_model('smollm2-135m-q4_1');
 
-my $port = do {
-    my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0, ReuseAddr => 1) or die $!;
-    my $p = $s->sockport;
-    close $s;
-    $p;
-};
+my $port = free_port();
 my $base = "http://127.0.0.1:$port";
 my $log = "/tmp/lugh-78-serve-$$.log";
 my $pid = fork // die "fork: $!";

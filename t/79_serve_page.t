@@ -9,13 +9,13 @@ use strict;
 use warnings;
 use Test::More;
 use HTTP::Tiny;
-use IO::Socket::INET;
 use JSON::PP;
 use File::Temp qw(tempdir);
 use POSIX ();
 use Time::HiRes qw(sleep time);
 use lib 't/lib';
 use LughTest qw(require_model);
+use LughTestServe qw(free_port);
 use Lugh;
 use Lugh::Server;
 
@@ -26,12 +26,6 @@ plan skip_all => "no Chromium at $chromium (apt-get install chromium chromium-dr
 plan skip_all => "no chromedriver at $chromedriver (apt-get install chromium-driver)" unless -x $chromedriver;
 my $model = require_model('smollm2-135m-q4_1');
 
-sub free_port {
-    my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0, ReuseAddr => 1) or die $!;
-    my $p = $s->sockport;
-    close $s;
-    return $p;
-}
 my $dir = tempdir(CLEANUP => 1);
 my @children;
 END { local $?; for my $pid (grep { kill 0, $_ } @children) { kill 'KILL', $pid; waitpid $pid, 0 } }
