@@ -9,38 +9,21 @@ use warnings;
 use Test::More;
 use HTTP::Tiny;
 use JSON::PP;
-use POSIX ();
-use Time::HiRes qw(sleep);
 use lib 't/lib';
 use LughTest qw(require_model);
-use LughTestServe qw(free_port);
+use LughTestServe qw(start_lugh);
 use Lugh;
 use Lugh::Server;
 
 plan skip_all => 'this Lugh was built without the server (LUGH_SERVER=0)' unless Lugh::Server->available;
 my $model = require_model('smollm2-135m-q4_1');
 
-my $port = free_port();
-my $base = "http://127.0.0.1:$port";
 my $log = "/tmp/lugh-78-serve-$$.log";
-my $pid = fork // die "fork: $!";
-if (!$pid) {
-    open STDERR, '>', $log or die $!;
-    open STDOUT, '>&', \*STDERR or die $!;
-    exec $^X, '-Mblib', 'blib/script/lugh', 'serve', $model, '--port', $port, '-c', 512, '-np', 1, '-t', 1,
-        '-a', 'smollm2:135m';
-    die "exec: $!";
-}
+my $server = eval { start_lugh($model, $log, '-c', 512, '-np', 1, '-t', 1, '-a', 'smollm2:135m') };
+ok($server, 'the server answers /health') or do { diag($@); done_testing(); exit };
+my ($base, $pid) = @$server{qw(base pid)};
 END { kill 'KILL', $pid if $pid && kill 0, $pid; unlink $log if $log }
-
 my $http = HTTP::Tiny->new(timeout => 120);
-my $up;
-for (1 .. 600) {
-    if ($http->get("$base/health")->{status} == 200) { $up = 1; last }
-    last if waitpid($pid, POSIX::WNOHANG()) == $pid;
-    sleep 0.1;
-}
-ok($up, 'the server answers /health') or do { diag(do { open my $fh, '<', $log; local $/; <$fh> }); done_testing(); exit };
 
 sub post {
     my ($path, $body) = @_;
