@@ -435,6 +435,12 @@ impl SamplerOptions {
 
     /// Whether the chain, greedy, may choose another token than the
     /// largest logit (otherwise the argmax is taken without it).
+    /// Greedy with no step that could change the argmax: the answer is
+    /// the first largest logit.
+    fn takes_plain_argmax(&self) -> bool {
+        self.is_greedy() && !self.changes_the_argmax()
+    }
+
     fn changes_the_argmax(&self) -> bool {
         let has = |k| self.samplers.contains(&k);
         !self.logit_bias.is_empty()
@@ -496,7 +502,7 @@ impl Sampler {
     /// The next token for `logits`, penalising tokens of `history` (the
     /// prompt and what was generated, oldest first).
     pub fn sample(&mut self, logits: &[f32], history: &[i32]) -> Result<i32> {
-        if self.options.is_greedy() && !self.options.changes_the_argmax() {
+        if self.options.takes_plain_argmax() {
             // the first largest finite logit is the chain's answer; NaN and
             // infinite logits take the checked path below
             if let Some((best, max)) = first_max_if_numbers(logits) {
@@ -592,7 +598,7 @@ impl Sampler {
             self.cands.logits[id as usize] += bias;
         }
         filter(&mut self.cands);
-        if greedy && !self.options.changes_the_argmax() {
+        if self.options.takes_plain_argmax() {
             // the chain would keep the first largest logit: take it without
             // running it over a whole vocabulary
             let best = first_max_of_numbers(&self.cands.logits);
